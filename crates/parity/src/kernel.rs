@@ -12,7 +12,8 @@
 
 /// A parity kernel: one implementation of the GF(2^8) parity operations.
 pub trait Kernel: Send + Sync {
-    /// A short stable name (`naive`, `scalar`, `avx2`, `avx512`, `gfni`), used in reports and
+    /// A short stable name (`naive`, `scalar`, `avx2`, `avx512`, `gfni`, and `avx2-nt`,
+    /// `avx512-nt`, `gfni-nt` for the variants with non-temporal stores), used in reports and
     /// to force a kernel by configuration.
     fn name(&self) -> &'static str;
 
