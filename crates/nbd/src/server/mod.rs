@@ -1,0 +1,4 @@
+//! The server side of the handshake.
+
+pub mod handshake;
+mod options;
