@@ -1,0 +1,347 @@
+//! Admission of host requests and the healthy read path.
+//!
+//! A healthy read goes straight to the member holding each chunk, into the reply buffer, with
+//! no lock and no parity. Pieces whose chunk cannot be read (lost member, read error) are
+//! handed to a stripe recovery operation.
+
+use super::stripe::{Fragment, Kind, Stage, StripeOp};
+use super::{Engine, GroupState, HostError, HostOp, HostRequest, Key, MemberError, MemberOp, Owner, Phase, Request};
+use crate::geometry::SECTOR_BYTES;
+use crate::plan::ChunkRange;
+use tessera_buffer::BufferSlice;
+
+/// One chunk-sized (or smaller) piece of a host read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReadPiece {
+    pub stripe: u64,
+    pub index: usize,
+    /// Byte offset within the chunk.
+    pub within_bytes: u64,
+    pub len_bytes: u64,
+    /// Where the piece goes in the request's buffer.
+    pub buffer_offset_bytes: u64,
+    pub region: u64,
+}
+
+impl Engine {
+    /// Starts a host request; false if it must wait for buffer space (it is then queued again
+    /// at the front).
+    pub(super) fn admit(&mut self, request: HostRequest) -> bool {
+        assert_eq!(self.phase, Phase::Running);
+        if self.members.group_state(&self.geometry) == GroupState::Failed {
+            self.reject(request, HostError::Io);
+            return true;
+        }
+        match request.op {
+            HostOp::Read { offset_bytes, len_bytes } => {
+                if !self.in_range(offset_bytes, len_bytes) {
+                    self.reject(request, HostError::OutOfRange);
+                    return true;
+                }
+                let limit = self.pool.capacity_bytes() / 100 * super::HOST_POOL_SHARE_PERCENT;
+                let buffer = if self.pool.used_bytes() + len_bytes as usize <= limit {
+                    self.pool.alloc(len_bytes as usize)
+                } else {
+                    None
+                };
+                let Some(buffer) = buffer else {
+                    self.deferred.push_front(request);
+                    return false;
+                };
+                self.counters.host_reads += 1;
+                self.counters.host_read_bytes += len_bytes;
+                self.start_read(request.id, offset_bytes, len_bytes, buffer);
+            }
+            HostOp::Write { offset_bytes, buffer, fua } => {
+                let len_bytes = self.pool.len(buffer) as u64;
+                if !self.in_range(offset_bytes, len_bytes) {
+                    self.reject(request, HostError::OutOfRange);
+                    return true;
+                }
+                self.counters.host_writes += 1;
+                self.counters.host_write_bytes += len_bytes;
+                let key = self.new_request(request.id, None, Some(buffer), true, fua);
+                let sequential = offset_bytes == self.last_write_end_bytes;
+                self.last_write_end_bytes = offset_bytes + len_bytes;
+                self.split_write(key, offset_bytes, self.pool.full(buffer), sequential);
+                self.finish_part(key, Ok(()));
+            }
+            HostOp::Flush => {
+                let key = self.new_request(request.id, None, None, true, false);
+                self.start_flush(Some(key), None);
+            }
+            HostOp::Trim { offset_bytes, len_bytes } => {
+                if !self.in_range(offset_bytes, len_bytes) {
+                    self.reject(request, HostError::OutOfRange);
+                    return true;
+                }
+                let key = self.new_request(request.id, None, None, true, false);
+                for region in self.whole_regions(offset_bytes, len_bytes) {
+                    self.regions.drop_region(region);
+                }
+                self.finish_part(key, Ok(()));
+            }
+            HostOp::WriteZeroes { offset_bytes, len_bytes, may_deallocate, fast_only, fua } => {
+                if !self.in_range(offset_bytes, len_bytes) {
+                    self.reject(request, HostError::OutOfRange);
+                    return true;
+                }
+                self.write_zeroes(request.id, offset_bytes, len_bytes, may_deallocate, fast_only, fua);
+            }
+        }
+        true
+    }
+
+    fn in_range(&self, offset_bytes: u64, len_bytes: u64) -> bool {
+        offset_bytes % SECTOR_BYTES == 0
+            && len_bytes % SECTOR_BYTES == 0
+            && offset_bytes.checked_add(len_bytes).is_some_and(|end| end <= self.geometry.data_bytes())
+    }
+
+    fn new_request(
+        &mut self,
+        id: u64,
+        read_buffer: Option<tessera_buffer::BufferId>,
+        write_buffer: Option<tessera_buffer::BufferId>,
+        waits_for_metadata: bool,
+        fua: bool,
+    ) -> Key {
+        // One part stands for the submission itself, so the request cannot finish while its
+        // parts are still being issued.
+        self.requests.insert(Request {
+            id,
+            parts_pending: 1,
+            error: None,
+            read_buffer,
+            write_buffer,
+            waits_for_metadata,
+            fua_members: 0,
+            fua,
+        })
+    }
+
+    /// Regions entirely inside `offset .. offset + len`.
+    fn whole_regions(&self, offset_bytes: u64, len_bytes: u64) -> std::ops::Range<u64> {
+        let region_bytes = self.regions.region_bytes();
+        let first = offset_bytes.div_ceil(region_bytes);
+        let end = (offset_bytes + len_bytes) / region_bytes;
+        first..end.max(first)
+    }
+
+    fn write_zeroes(&mut self, id: u64, offset_bytes: u64, len_bytes: u64, may_deallocate: bool, fast_only: bool, fua: bool) {
+        let region_bytes = self.regions.region_bytes();
+        let whole = self.whole_regions(offset_bytes, len_bytes);
+        let droppable = |engine: &Engine, region: u64| may_deallocate && engine.regions.can_drop(region);
+        // The byte ranges that need zeroes written rather than a region dropped.
+        let mut explicit: Vec<(u64, u64)> = Vec::new();
+        let mut cursor = offset_bytes;
+        let end = offset_bytes + len_bytes;
+        while cursor < end {
+            let region = cursor / region_bytes;
+            let region_end = ((region + 1) * region_bytes).min(end);
+            let is_whole = whole.contains(&region);
+            if !(is_whole && (droppable(self, region) || self.regions.is_unwritten(region))) {
+                explicit.push((cursor, region_end - cursor));
+            }
+            cursor = region_end;
+        }
+        if fast_only && !explicit.is_empty() {
+            self.out.push_back(super::Command::Reply(super::Reply { id, result: Err(HostError::NotFast) }));
+            return;
+        }
+        let key = self.new_request(id, None, None, true, fua);
+        for region in whole {
+            if droppable(self, region) {
+                self.regions.drop_region(region);
+            }
+        }
+        for (offset, len) in explicit {
+            self.split_zero_write(key, offset, len);
+        }
+        self.finish_part(key, Ok(()));
+    }
+
+    /// Writes zeroes over a range through the normal write path, from the shared zero buffer.
+    fn split_zero_write(&mut self, request: Key, offset_bytes: u64, len_bytes: u64) {
+        let chunk = self.geometry.chunk_bytes();
+        let mut cursor = offset_bytes;
+        let end = offset_bytes + len_bytes;
+        while cursor < end {
+            let (stripe, _, _) = self.geometry.locate(cursor);
+            let stripe_end = self.geometry.stripe_offset_bytes(stripe + 1).min(end);
+            let mut fragments = Vec::new();
+            let mut at = cursor;
+            while at < stripe_end {
+                let (_, index, within) = self.geometry.locate(at);
+                let len = (chunk - within).min(stripe_end - at);
+                let buffer = BufferSlice::new(self.zero_buffer, 0, len as usize);
+                fragments.push(Fragment { request, index, range: ChunkRange::new(within, within + len), buffer });
+                at += len;
+            }
+            self.enqueue_write(stripe, fragments, false);
+            cursor = stripe_end;
+        }
+    }
+
+    /// Splits a host write into per-stripe fragments and queues them.
+    fn split_write(&mut self, request: Key, offset_bytes: u64, buffer: BufferSlice, sequential: bool) {
+        let chunk = self.geometry.chunk_bytes();
+        let end = offset_bytes + buffer.len() as u64;
+        let mut cursor = offset_bytes;
+        while cursor < end {
+            let (stripe, _, _) = self.geometry.locate(cursor);
+            let stripe_end = self.geometry.stripe_offset_bytes(stripe + 1).min(end);
+            let mut fragments = Vec::new();
+            let mut at = cursor;
+            while at < stripe_end {
+                let (_, index, within) = self.geometry.locate(at);
+                let len = (chunk - within).min(stripe_end - at);
+                let slice = buffer.sub((at - offset_bytes) as usize, len as usize);
+                fragments.push(Fragment { request, index, range: ChunkRange::new(within, within + len), buffer: slice });
+                at += len;
+            }
+            self.enqueue_write(stripe, fragments, sequential);
+            cursor = stripe_end;
+        }
+    }
+
+    /// Adds a stripe's fragments to the last queued write of that stripe when they fit
+    /// (coalescing), or queues a new stripe write.
+    pub(super) fn enqueue_write(&mut self, stripe: u64, fragments: Vec<Fragment>, sequential: bool) {
+        for fragment in &fragments {
+            self.requests.get_mut(fragment.request).expect("request in flight").parts_pending += 1;
+        }
+        let candidate = self
+            .locks
+            .last_waiting(stripe)
+            .or_else(|| self.locks.holder(stripe).filter(|&op| self.ops.get(op).is_some_and(StripeOp::is_gathering)));
+        if let Some(op_id) = candidate {
+            let op = self.ops.get_mut(op_id).expect("queued op is live");
+            if op.try_merge(&fragments) {
+                self.counters.coalesced_writes += 1;
+                let full = op.covers_full_stripe(self.geometry.data_chunks(), self.geometry.chunk_bytes());
+                if full && op.is_gathering() {
+                    op.stage = Stage::Gate;
+                    self.ready.push_back(op_id);
+                }
+                return;
+            }
+        }
+        let region = self.regions.region_of_stripe(stripe, &self.geometry);
+        let op = StripeOp::new(stripe, region, Kind::write(fragments));
+        let full = op.covers_full_stripe(self.geometry.data_chunks(), self.geometry.chunk_bytes());
+        let op_id = self.ops.insert(op);
+        if self.locks.acquire(stripe, op_id) {
+            let op = self.ops.get_mut(op_id).expect("new op is live");
+            if sequential && !full && self.config.coalesce_window_us > 0 && self.geometry.parity_chunks() > 0 {
+                op.stage = Stage::Gathering { until_us: self.now_us + self.config.coalesce_window_us };
+            } else {
+                op.stage = Stage::Gate;
+                self.ready.push_back(op_id);
+            }
+        }
+    }
+
+    /// Starts the pieces of a read.
+    fn start_read(&mut self, id: u64, offset_bytes: u64, len_bytes: u64, buffer: tessera_buffer::BufferId) {
+        let key = self.new_request(id, Some(buffer), None, false, false);
+        let chunk = self.geometry.chunk_bytes();
+        let end = offset_bytes + len_bytes;
+        let mut cursor = offset_bytes;
+        while cursor < end {
+            let (stripe, index, within) = self.geometry.locate(cursor);
+            let len = (chunk - within).min(end - cursor);
+            let region = self.regions.region_of_stripe(stripe, &self.geometry);
+            let piece = ReadPiece {
+                stripe,
+                index,
+                within_bytes: within,
+                len_bytes: len,
+                buffer_offset_bytes: cursor - offset_bytes,
+                region,
+            };
+            self.requests.get_mut(key).expect("request in flight").parts_pending += 1;
+            self.route_read_piece(key, piece, cursor);
+            cursor += len;
+        }
+        self.finish_part(key, Ok(()));
+    }
+
+    fn route_read_piece(&mut self, request: Key, piece: ReadPiece, group_offset_bytes: u64) {
+        if self.overlaps_bad(group_offset_bytes, piece.len_bytes) {
+            self.finish_part(request, Err(HostError::Io));
+            return;
+        }
+        let buffer = self.requests.get(request).and_then(|r| r.read_buffer).expect("read request has a buffer");
+        if !self.regions.is_written(piece.region) {
+            self.pool.bytes_mut(self.slice(buffer, piece.buffer_offset_bytes, piece.len_bytes)).fill(0);
+            self.finish_part(request, Ok(()));
+            return;
+        }
+        let primary_only = self.geometry.copies() > 1 && self.regions.is_unsynced(piece.region);
+        match self.data_reader(piece.stripe, piece.index, piece.within_bytes, primary_only, 0) {
+            Some((member, offset_bytes)) => {
+                self.regions.enter(piece.region);
+                let slice = self.slice(buffer, piece.buffer_offset_bytes, piece.len_bytes);
+                self.issue(member, MemberOp::Read { offset_bytes, buffer: slice }, Owner::HostRead { request, piece });
+            }
+            None => {
+                self.counters.degraded_reads += 1;
+                self.recover_piece(request, piece, None);
+            }
+        }
+    }
+
+    pub(super) fn host_read_done(&mut self, request: Key, piece: ReadPiece, member: usize, result: Result<(), MemberError>) {
+        self.regions.leave(piece.region, self.now_us, None);
+        match result {
+            Ok(()) => self.finish_part(request, Ok(())),
+            Err(error) => {
+                let repair = (error == MemberError::Io && !self.members.list[member].is_failed()).then_some(member);
+                self.recover_piece(request, piece, repair);
+            }
+        }
+    }
+
+    /// Hands a read piece to a stripe recovery operation (merging with one already queued).
+    fn recover_piece(&mut self, request: Key, piece: ReadPiece, repair_member: Option<usize>) {
+        let buffer = self.requests.get(request).and_then(|r| r.read_buffer).expect("read request has a buffer");
+        let target = self.slice(buffer, piece.buffer_offset_bytes, piece.len_bytes);
+        if let Some(op_id) = self.locks.last_waiting(piece.stripe) {
+            let op = self.ops.get_mut(op_id).expect("queued op is live");
+            if op.try_add_recovery(request, piece, target, repair_member) {
+                return;
+            }
+        }
+        let op = StripeOp::new(piece.stripe, piece.region, Kind::recover(request, piece, target, repair_member));
+        let op_id = self.ops.insert(op);
+        if self.locks.acquire(piece.stripe, op_id) {
+            self.ops.get_mut(op_id).expect("new op is live").stage = Stage::Gate;
+            self.ready.push_back(op_id);
+        }
+    }
+
+    /// Gathering writes whose window expired start now.
+    pub(super) fn release_gathering_ops(&mut self) {
+        for key in self.ops.keys() {
+            let op = self.ops.get_mut(key).expect("live op");
+            if let Stage::Gathering { until_us } = op.stage
+                && until_us <= self.now_us
+            {
+                op.stage = Stage::Gate;
+                self.ready.push_back(key);
+            }
+        }
+    }
+
+    pub(super) fn gathering_deadline(&self) -> Option<u64> {
+        self.ops
+            .keys()
+            .into_iter()
+            .filter_map(|key| match self.ops.get(key)?.stage {
+                Stage::Gathering { until_us } => Some(until_us),
+                _ => None,
+            })
+            .min()
+    }
+}

@@ -1,0 +1,165 @@
+//! The member table: who holds which role, who may be read and written where.
+
+use super::types::{FailReason, GroupState};
+use crate::geometry::Geometry;
+use crate::superblock::{MemberRecord, MemberRecordState, Uuid};
+
+/// The engine's view of one member device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Member {
+    pub uuid: Uuid,
+    pub size_bytes: u64,
+    pub role: Option<usize>,
+    pub state: MemberState,
+    /// A rebuilding member replacing a live one (proactive replace).
+    pub replacing: bool,
+    /// Member commands in flight, for read balancing.
+    pub in_flight: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MemberState {
+    Active,
+    /// In sync below `position_bytes` of its data area.
+    Rebuilding { position_bytes: u64 },
+    Failed(FailReason),
+    Spare,
+}
+
+impl Member {
+    pub(crate) fn from_record(record: &MemberRecord, present: bool) -> Member {
+        let state = match record.state {
+            _ if !present => MemberState::Failed(FailReason::Missing),
+            MemberRecordState::Active => MemberState::Active,
+            MemberRecordState::Rebuilding => {
+                MemberState::Rebuilding { position_bytes: record.rebuild_position_bytes }
+            }
+            MemberRecordState::Failed => MemberState::Failed(FailReason::Missing),
+            MemberRecordState::Spare => MemberState::Spare,
+        };
+        Member {
+            uuid: record.uuid,
+            size_bytes: record.size_bytes,
+            role: record.role.map(usize::from),
+            state,
+            replacing: record.replacing,
+            in_flight: 0,
+        }
+    }
+
+    pub(crate) fn record(&self) -> MemberRecord {
+        let (state, rebuild_position_bytes) = match self.state {
+            MemberState::Active => (MemberRecordState::Active, 0),
+            MemberState::Rebuilding { position_bytes } => (MemberRecordState::Rebuilding, position_bytes),
+            MemberState::Failed(_) => (MemberRecordState::Failed, 0),
+            MemberState::Spare => (MemberRecordState::Spare, 0),
+        };
+        MemberRecord {
+            uuid: self.uuid,
+            size_bytes: self.size_bytes,
+            role: self.role.map(|role| u8::try_from(role).expect("role fits u8")),
+            state,
+            rebuild_position_bytes,
+            replacing: self.replacing,
+        }
+    }
+
+    /// A failed member that no longer holds a role: left out of the superblock.
+    pub(crate) fn is_retired(&self) -> bool {
+        self.is_failed() && self.role.is_none()
+    }
+
+    pub(crate) fn is_failed(&self) -> bool {
+        matches!(self.state, MemberState::Failed(_))
+    }
+
+    /// Whether the member carries the group's metadata (superblock, bitmap).
+    pub(crate) fn carries_metadata(&self) -> bool {
+        !self.is_failed()
+    }
+
+    /// Whether its data at member offset `offset_bytes` is in sync.
+    fn in_sync_at(&self, offset_bytes: u64) -> bool {
+        match self.state {
+            MemberState::Active => true,
+            MemberState::Rebuilding { position_bytes } => offset_bytes < position_bytes,
+            MemberState::Failed(_) | MemberState::Spare => false,
+        }
+    }
+}
+
+/// The member table with the queries the I/O paths need.
+pub(crate) struct Members {
+    pub list: Vec<Member>,
+}
+
+impl Members {
+    /// The member to read `role`'s chunk at member offset `offset_bytes` from, preferring an
+    /// active member over one being rebuilt.
+    pub(crate) fn reader(&self, role: usize, offset_bytes: u64) -> Option<usize> {
+        let mut fallback = None;
+        for (index, member) in self.list.iter().enumerate() {
+            if member.role != Some(role) || !member.in_sync_at(offset_bytes) {
+                continue;
+            }
+            if member.state == MemberState::Active {
+                return Some(index);
+            }
+            fallback.get_or_insert(index);
+        }
+        fallback
+    }
+
+    /// Every member that must receive a write of `role`'s chunk at `offset_bytes`: the active
+    /// holder and a member being rebuilt into the role below its position.
+    pub(crate) fn writers(&self, role: usize, offset_bytes: u64) -> impl Iterator<Item = usize> + '_ {
+        self.list
+            .iter()
+            .enumerate()
+            .filter(move |(_, member)| member.role == Some(role) && member.in_sync_at(offset_bytes))
+            .map(|(index, _)| index)
+    }
+
+    /// Whether some member holds `role` actively.
+    pub(crate) fn role_active(&self, role: usize) -> bool {
+        self.list.iter().any(|member| member.role == Some(role) && member.state == MemberState::Active)
+    }
+
+    /// Roles without an active member.
+    pub(crate) fn unavailable_roles(&self, roles: usize) -> Vec<bool> {
+        (0..roles).map(|role| !self.role_active(role)).collect()
+    }
+
+    /// Members carrying metadata (superblock and bitmap copies).
+    pub(crate) fn metadata_members(&self) -> Vec<usize> {
+        (0..self.list.len()).filter(|&index| self.list[index].carries_metadata()).collect()
+    }
+
+    /// Members holding data that flushes must reach.
+    pub(crate) fn data_members(&self) -> Vec<usize> {
+        (0..self.list.len())
+            .filter(|&index| {
+                matches!(self.list[index].state, MemberState::Active | MemberState::Rebuilding { .. })
+            })
+            .collect()
+    }
+
+    /// The rebuilding member, if one is being rebuilt.
+    pub(crate) fn rebuilding(&self) -> Option<usize> {
+        self.list.iter().position(|member| matches!(member.state, MemberState::Rebuilding { .. }))
+    }
+
+    /// The state operators see, from member health alone (resync is layered on top).
+    pub(crate) fn group_state(&self, geometry: &Geometry) -> GroupState {
+        let unavailable = self.unavailable_roles(geometry.members());
+        if !geometry.survives(&unavailable) {
+            GroupState::Failed
+        } else if self.rebuilding().is_some() {
+            GroupState::Rebuilding
+        } else if unavailable.iter().any(|&gone| gone) {
+            GroupState::Degraded
+        } else {
+            GroupState::Optimal
+        }
+    }
+}

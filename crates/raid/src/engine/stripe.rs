@@ -1,0 +1,934 @@
+//! Stripe operations: everything that must see a stable stripe runs as one of these, holding
+//! the stripe lock — host writes (with coalescing), recovery of unreadable read pieces,
+//! rebuild steps and resync steps.
+//!
+//! Each op walks the same stages: wait for the lock (`Queued`, or `Gathering` while a partial
+//! sequential write waits for the rest of its stripe), pass the region gate, plan, read, compute,
+//! write, finish. A read error during `Reading` re-plans with that member treated as lost.
+
+use super::host::ReadPiece;
+use super::slab::Key;
+use super::{Engine, GroupEvent, GroupState, HostError, MemberError, MemberOp, OpId, Owner};
+use crate::geometry::{Column, MAX_MEMBERS};
+use crate::plan::{self, ChunkRange, PlanColumn, PlanError, Recovery, StripeWrite, WriteStrategy};
+use crate::superblock::BadRange;
+use tessera_buffer::{BufferId, BufferSlice};
+
+/// A piece of a host write that falls in one data chunk of the op's stripe.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fragment {
+    pub request: Key,
+    pub index: usize,
+    pub range: ChunkRange,
+    pub buffer: BufferSlice,
+}
+
+/// A host read piece that needs recovery.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecoverPiece {
+    request: Key,
+    piece: ReadPiece,
+    target: BufferSlice,
+    repair_member: Option<usize>,
+}
+
+pub(crate) enum Kind {
+    Write { fragments: Vec<Fragment> },
+    Recover { pieces: Vec<RecoverPiece> },
+    Rebuild { target: usize, column: Column, row: u64, target_offset_bytes: u64 },
+    Resync,
+}
+
+impl Kind {
+    pub(crate) fn write(fragments: Vec<Fragment>) -> Kind {
+        Kind::Write { fragments }
+    }
+
+    pub(crate) fn recover(request: Key, piece: ReadPiece, target: BufferSlice, repair_member: Option<usize>) -> Kind {
+        Kind::Recover { pieces: vec![RecoverPiece { request, piece, target, repair_member }] }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Waiting for the stripe lock.
+    Queued,
+    /// Holding the lock, waiting briefly for more of a sequential stream.
+    Gathering { until_us: u64 },
+    Gate,
+    Plan,
+    Reading,
+    Compute,
+    Writing,
+    Done,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum IoPurpose {
+    Read,
+    Write,
+}
+
+/// Buffers of a stripe over a chunk range: one per data chunk and per parity chunk read, and
+/// the recovery that fills in lost data chunks.
+#[derive(Default)]
+struct Image {
+    range: Option<ChunkRange>,
+    data: [Option<BufferSlice>; MAX_MEMBERS],
+    parity: [Option<BufferSlice>; 2],
+    recovery: Option<Recovery>,
+}
+
+/// What the plan decided, for the compute stage.
+enum Work {
+    None,
+    /// A parity-level write.
+    ParityWrite {
+        strategy: WriteStrategy,
+        range: ChunkRange,
+        /// Per data chunk: a scratch buffer and the chunk offset of its first byte.
+        data: [Option<(BufferSlice, u64)>; MAX_MEMBERS],
+        /// Old parity (read-modify-write: updated in place and written back).
+        parity_old: [Option<BufferSlice>; 2],
+        /// New parity (reconstruct-write).
+        parity_new: [Option<BufferSlice>; 2],
+        image: Image,
+    },
+    /// An image of the stripe (recovery, rebuild, resync), or a copy read from one member
+    /// (`source`: the buffer and the member it came from), plus parity computed from it.
+    Chunk { image: Image, source: Option<(BufferSlice, usize)>, parity_out: [Option<BufferSlice>; 2] },
+}
+
+pub(crate) struct StripeOp {
+    pub stripe: u64,
+    pub region: u64,
+    pub stage: Stage,
+    pub kind: Kind,
+    pending_io: u32,
+    read_failed: bool,
+    /// Members whose reads failed during this op (treated as lost for it).
+    unreadable: u64,
+    entered: bool,
+    written_members: u64,
+    scratch: Vec<BufferId>,
+    work: Work,
+    /// The op could not do its job because data is lost beyond redundancy.
+    lost_data: bool,
+    /// Data chunks that could not be recovered (for recording what a rebuild lost).
+    lost_mask: u64,
+    /// A resync that had to leave its stripe unsynced (a data chunk is unreadable).
+    skipped: bool,
+}
+
+impl StripeOp {
+    pub(crate) fn new(stripe: u64, region: u64, kind: Kind) -> StripeOp {
+        StripeOp {
+            stripe,
+            region,
+            stage: Stage::Queued,
+            kind,
+            pending_io: 0,
+            read_failed: false,
+            unreadable: 0,
+            entered: false,
+            written_members: 0,
+            scratch: Vec::new(),
+            work: Work::None,
+            lost_data: false,
+            lost_mask: 0,
+            skipped: false,
+        }
+    }
+
+    pub(crate) fn is_gathering(&self) -> bool {
+        matches!(self.stage, Stage::Gathering { .. })
+    }
+
+    /// Adds write fragments if the op has not started and they neither overlap its fragments
+    /// nor leave a gap inside any chunk.
+    pub(crate) fn try_merge(&mut self, new: &[Fragment]) -> bool {
+        if !matches!(self.stage, Stage::Queued | Stage::Gathering { .. }) {
+            return false;
+        }
+        let Kind::Write { fragments } = &mut self.kind else { return false };
+        for fragment in new {
+            let mut span = Some(fragment.range);
+            for existing in fragments.iter().filter(|f| f.index == fragment.index) {
+                let overlaps = existing.range.start_bytes < fragment.range.end_bytes
+                    && fragment.range.start_bytes < existing.range.end_bytes;
+                if overlaps {
+                    return false;
+                }
+                span = span.map(|s| s.hull(existing.range));
+            }
+            let covered: u64 = fragments.iter().filter(|f| f.index == fragment.index).map(|f| f.range.len()).sum();
+            if span.is_some_and(|s| s.len() != covered + fragment.range.len()) {
+                return false;
+            }
+        }
+        fragments.extend_from_slice(new);
+        true
+    }
+
+    pub(crate) fn try_add_recovery(&mut self, request: Key, piece: ReadPiece, target: BufferSlice, repair_member: Option<usize>) -> bool {
+        if self.stage != Stage::Queued {
+            return false;
+        }
+        let Kind::Recover { pieces } = &mut self.kind else { return false };
+        pieces.push(RecoverPiece { request, piece, target, repair_member });
+        true
+    }
+
+    /// Whether the write fragments cover every data chunk completely.
+    pub(crate) fn covers_full_stripe(&self, data_chunks: usize, chunk_bytes: u64) -> bool {
+        let Kind::Write { fragments } = &self.kind else { return false };
+        (0..data_chunks).all(|index| {
+            fragments.iter().filter(|f| f.index == index).map(|f| f.range.len()).sum::<u64>() == chunk_bytes
+        })
+    }
+
+    fn written_ranges(&self, data_chunks: usize) -> [Option<ChunkRange>; MAX_MEMBERS] {
+        let mut written = [None; MAX_MEMBERS];
+        if let Kind::Write { fragments } = &self.kind {
+            for fragment in fragments {
+                let slot: &mut Option<ChunkRange> = &mut written[fragment.index];
+                *slot = Some(slot.map_or(fragment.range, |range| range.hull(fragment.range)));
+            }
+        }
+        assert!(written[data_chunks..].iter().all(Option::is_none));
+        written
+    }
+}
+
+/// Result of a planning step.
+enum Planned {
+    /// Reads were issued (or none were needed); go on.
+    Go,
+    /// No buffer space: wait.
+    NoMemory,
+    /// The stripe cannot be served: more lost than the redundancy.
+    BeyondRedundancy,
+}
+
+impl Engine {
+    pub(super) fn advance_op(&mut self, id: OpId) {
+        let Some(mut op) = self.ops.take(id) else { return };
+        if self.step_op(id, &mut op) {
+            self.ops.put_back(id, op);
+        } else {
+            self.ops.retire(id);
+        }
+    }
+
+    pub(super) fn stripe_io_done(&mut self, id: OpId, purpose: IoPurpose, member: usize, result: Result<(), MemberError>) {
+        let mut op = self.ops.take(id).expect("stripe op in flight");
+        op.pending_io -= 1;
+        if let (IoPurpose::Read, Err(_)) = (purpose, result) {
+            op.unreadable |= 1 << member;
+            op.read_failed = true;
+        }
+        let alive = if op.pending_io == 0 { self.step_op(id, &mut op) } else { true };
+        if alive {
+            self.ops.put_back(id, op);
+        } else {
+            self.ops.retire(id);
+        }
+    }
+
+    /// Runs an op as far as it can go; false once it is finished.
+    fn step_op(&mut self, id: OpId, op: &mut StripeOp) -> bool {
+        loop {
+            match op.stage {
+                Stage::Queued | Stage::Gathering { .. } => return true,
+                Stage::Gate => {
+                    if !self.pass_gate(id, op) {
+                        return true;
+                    }
+                }
+                Stage::Plan => match self.plan_op(id, op) {
+                    Planned::Go => op.stage = Stage::Reading,
+                    Planned::NoMemory => {
+                        self.free_scratch(op);
+                        op.work = Work::None;
+                        self.memory_blocked_used_bytes = self.memory_blocked_used_bytes.min(self.pool.used_bytes());
+                        self.waiting_for_memory.push_back(id);
+                        return true;
+                    }
+                    Planned::BeyondRedundancy => {
+                        self.free_scratch(op);
+                        self.beyond_redundancy(op);
+                        op.stage = Stage::Done;
+                    }
+                },
+                Stage::Reading => {
+                    if op.pending_io > 0 {
+                        return true;
+                    }
+                    if op.read_failed {
+                        op.read_failed = false;
+                        self.free_scratch(op);
+                        op.work = Work::None;
+                        op.stage = Stage::Plan;
+                    } else {
+                        op.stage = Stage::Compute;
+                    }
+                }
+                Stage::Compute => {
+                    self.compute_op(id, op);
+                    op.stage = Stage::Writing;
+                }
+                Stage::Writing => {
+                    if op.pending_io > 0 {
+                        return true;
+                    }
+                    op.stage = Stage::Done;
+                }
+                Stage::Done => {
+                    self.finish_op(id, op);
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// The region gate; true when the op may go on (stage advanced).
+    fn pass_gate(&mut self, id: OpId, op: &mut StripeOp) -> bool {
+        match op.kind {
+            Kind::Write { .. } => {
+                self.note_first_write();
+                if self.write_gate(op.region, id) == super::regions::Gate::Wait {
+                    return false;
+                }
+                self.regions.enter(op.region);
+                op.entered = true;
+                op.stage = Stage::Plan;
+            }
+            _ => match self.read_gate(op.region, id) {
+                None => return false,
+                Some(false) => {
+                    // Unwritten region: reads are zeroes, background work has nothing to do.
+                    if let Kind::Recover { pieces } = &op.kind {
+                        for piece in pieces {
+                            self.pool.bytes_mut(piece.target).fill(0);
+                        }
+                    }
+                    op.stage = Stage::Done;
+                }
+                Some(true) => {
+                    self.regions.enter(op.region);
+                    op.entered = true;
+                    op.stage = Stage::Plan;
+                }
+            },
+        }
+        true
+    }
+
+    fn op_issue(&mut self, id: OpId, op: &mut StripeOp, member: usize, command: MemberOp) {
+        let purpose = match command {
+            MemberOp::Read { .. } => IoPurpose::Read,
+            _ => IoPurpose::Write,
+        };
+        if matches!(command, MemberOp::Write { .. }) {
+            op.written_members |= 1 << member;
+        }
+        op.pending_io += 1;
+        self.issue(member, command, Owner::Stripe { op: id, purpose });
+    }
+
+    fn scratch(&mut self, op: &mut StripeOp, len_bytes: u64) -> Option<BufferSlice> {
+        let buffer = self.pool.alloc(len_bytes as usize)?;
+        op.scratch.push(buffer);
+        Some(self.pool.full(buffer))
+    }
+
+    fn free_scratch(&mut self, op: &mut StripeOp) {
+        assert_eq!(op.pending_io, 0, "scratch freed under I/O");
+        for buffer in op.scratch.drain(..) {
+            self.pool.free(buffer);
+        }
+    }
+
+    /// Whether a data or parity column of the op's stripe can be read, and from where.
+    fn readable_column(&self, op: &StripeOp, column: Column) -> Option<(usize, u64)> {
+        self.column_reader(op.stripe, column).filter(|(member, _)| op.unreadable & (1 << member) == 0)
+    }
+
+    fn plan_op(&mut self, id: OpId, op: &mut StripeOp) -> Planned {
+        if self.members.group_state(&self.geometry) == GroupState::Failed {
+            return Planned::BeyondRedundancy;
+        }
+        match op.kind {
+            Kind::Write { .. } if self.geometry.parity_chunks() == 0 => {
+                op.work = Work::None;
+                Planned::Go
+            }
+            Kind::Write { .. } => self.plan_parity_write(id, op),
+            Kind::Recover { .. } if self.geometry.parity_chunks() == 0 => self.plan_mirror_recover(id, op),
+            Kind::Recover { .. } => {
+                let Kind::Recover { pieces } = &op.kind else { unreachable!() };
+                let range = pieces
+                    .iter()
+                    .map(|p| ChunkRange::new(p.piece.within_bytes, p.piece.within_bytes + p.piece.len_bytes))
+                    .reduce(ChunkRange::hull)
+                    .expect("a recovery has pieces");
+                let mut lost = 0u64;
+                for piece in pieces {
+                    lost |= 1 << piece.piece.index;
+                }
+                self.plan_image(id, op, range, lost, None, false)
+            }
+            Kind::Rebuild { .. } => self.plan_rebuild(id, op),
+            Kind::Resync => self.plan_resync(id, op),
+        }
+    }
+
+    /// Allocates an image of the stripe over `range` and reads what recovering the data
+    /// chunks in `forced_lost` (plus any unreadable ones) needs. `skip_parity` is a parity
+    /// column that must not be read (the one being rebuilt). With `parity_outputs`, buffers
+    /// for freshly computed parity are allocated too. Every buffer is allocated before any
+    /// read is issued, so running out of space never strands I/O.
+    fn plan_image(
+        &mut self,
+        id: OpId,
+        op: &mut StripeOp,
+        range: ChunkRange,
+        forced_lost: u64,
+        skip_parity: Option<usize>,
+        parity_outputs: bool,
+    ) -> Planned {
+        let data_chunks = self.geometry.data_chunks();
+        let parity_chunks = self.geometry.parity_chunks();
+        let mut data_readable = [false; MAX_MEMBERS];
+        for (index, readable) in data_readable.iter_mut().enumerate().take(data_chunks) {
+            *readable = forced_lost & (1 << index) == 0 && self.readable_column(op, Column::Data(index)).is_some();
+        }
+        let mut parity_readable = [false; 2];
+        for (which, readable) in parity_readable.iter_mut().enumerate().take(parity_chunks) {
+            *readable = skip_parity != Some(which) && self.readable_column(op, Column::Parity(which)).is_some();
+        }
+        op.lost_mask = (0..data_chunks).filter(|&index| !data_readable[index]).fold(0, |mask, index| mask | (1 << index));
+        let recovery = match plan::plan_recovery(&data_readable[..data_chunks], &parity_readable[..parity_chunks]) {
+            Ok(recovery) => recovery,
+            Err(PlanError::BeyondRedundancy) => return Planned::BeyondRedundancy,
+        };
+        // After an unclean shutdown, parity of a region not yet resynced may disagree with its
+        // data: recovering through it could return wrong data, so the data counts as lost.
+        if recovery.is_some() && self.regions.is_unsynced(op.region) {
+            return Planned::BeyondRedundancy;
+        }
+        let mut image = Image { range: Some(range), recovery, ..Image::default() };
+        for index in 0..data_chunks {
+            let Some(slice) = self.scratch(op, range.len()) else { return Planned::NoMemory };
+            image.data[index] = Some(slice);
+        }
+        let used_parity: &[usize] = match recovery {
+            None => &[],
+            Some(Recovery::FromP { .. }) => &[0],
+            Some(Recovery::FromQ { .. }) => &[1],
+            Some(Recovery::FromPq { .. }) => &[0, 1],
+        };
+        for &which in used_parity {
+            let Some(slice) = self.scratch(op, range.len()) else { return Planned::NoMemory };
+            image.parity[which] = Some(slice);
+        }
+        let mut parity_out = [None; 2];
+        if parity_outputs {
+            for slot in parity_out.iter_mut().take(parity_chunks) {
+                let Some(slice) = self.scratch(op, range.len()) else { return Planned::NoMemory };
+                *slot = Some(slice);
+            }
+        }
+        let mut reads = Vec::new();
+        for index in (0..data_chunks).filter(|&index| data_readable[index]) {
+            let (member, offset) = self.readable_column(op, Column::Data(index)).expect("readable column");
+            reads.push((member, offset + range.start_bytes, image.data[index].expect("buffer")));
+        }
+        for &which in used_parity {
+            let (member, offset) = self.readable_column(op, Column::Parity(which)).expect("readable column");
+            reads.push((member, offset + range.start_bytes, image.parity[which].expect("buffer")));
+        }
+        for (member, offset_bytes, buffer) in reads {
+            self.op_issue(id, op, member, MemberOp::Read { offset_bytes, buffer });
+        }
+        op.work = Work::Chunk { image, source: None, parity_out };
+        Planned::Go
+    }
+
+    fn plan_parity_write(&mut self, id: OpId, op: &mut StripeOp) -> Planned {
+        let data_chunks = self.geometry.data_chunks();
+        let parity_chunks = self.geometry.parity_chunks();
+        let written = op.written_ranges(data_chunks);
+        let mut data_readable = [false; MAX_MEMBERS];
+        for (index, readable) in data_readable.iter_mut().enumerate().take(data_chunks) {
+            *readable = self.readable_column(op, Column::Data(index)).is_some();
+        }
+        let mut parity_readable = [false; 2];
+        let mut parity_writable = [false; 2];
+        for which in 0..parity_chunks {
+            parity_readable[which] = self.readable_column(op, Column::Parity(which)).is_some();
+            parity_writable[which] = !self.column_writers(op.stripe, Column::Parity(which)).is_empty();
+        }
+        let shape = StripeWrite {
+            written: &written[..data_chunks],
+            data_readable: &data_readable[..data_chunks],
+            parity_readable: &parity_readable[..parity_chunks],
+            parity_writable: &parity_writable[..parity_chunks],
+        };
+        let plan = match plan::plan_write(shape) {
+            Ok(plan) => plan,
+            Err(PlanError::BeyondRedundancy) => return Planned::BeyondRedundancy,
+        };
+        let range = plan.parity_range;
+        let Kind::Write { fragments } = &op.kind else { unreachable!() };
+        let fragments = fragments.clone();
+        let mut data: [Option<(BufferSlice, u64)>; MAX_MEMBERS] = [None; MAX_MEMBERS];
+        let mut parity_old = [None; 2];
+        let mut parity_new = [None; 2];
+        let mut image = Image::default();
+        match plan.strategy {
+            WriteStrategy::DataOnly => {}
+            WriteStrategy::ReconstructWrite => {
+                for index in 0..data_chunks {
+                    let single = fragments.iter().filter(|f| f.index == index).count() == 1
+                        && fragments.iter().any(|f| f.index == index && f.range == range);
+                    if !single {
+                        let Some(slice) = self.scratch(op, range.len()) else { return Planned::NoMemory };
+                        data[index] = Some((slice, range.start_bytes));
+                    }
+                }
+                for slot in parity_new.iter_mut().take(parity_chunks) {
+                    let Some(slice) = self.scratch(op, range.len()) else { return Planned::NoMemory };
+                    *slot = Some(slice);
+                }
+            }
+            WriteStrategy::ReadModifyWrite => {
+                for index in 0..data_chunks {
+                    if let Some(w) = written[index] {
+                        let Some(slice) = self.scratch(op, w.len()) else { return Planned::NoMemory };
+                        data[index] = Some((slice, w.start_bytes));
+                    }
+                }
+                for which in 0..parity_chunks {
+                    if parity_writable[which] || which == 0 {
+                        let Some(slice) = self.scratch(op, range.len()) else { return Planned::NoMemory };
+                        parity_old[which] = Some(slice);
+                    }
+                }
+            }
+            WriteStrategy::RecoverThenWrite => {
+                let mut lost = 0u64;
+                for (index, readable) in data_readable.iter().enumerate().take(data_chunks) {
+                    if !readable {
+                        lost |= 1 << index;
+                    }
+                }
+                match self.plan_image(id, op, range, lost, None, true) {
+                    Planned::Go => {}
+                    other => return other,
+                }
+                let Work::Chunk { image: planned, parity_out, .. } = std::mem::replace(&mut op.work, Work::None) else {
+                    unreachable!("plan_image leaves a chunk image")
+                };
+                image = planned;
+                parity_new = parity_out;
+            }
+        }
+        // Reads land in the buffers above, at their offset from each buffer's first byte.
+        if plan.strategy != WriteStrategy::RecoverThenWrite {
+            for (column, piece) in &plan.reads {
+                let (member, offset) = match column {
+                    PlanColumn::Data(index) => self.readable_column(op, Column::Data(*index)),
+                    PlanColumn::Parity(which) => self.readable_column(op, Column::Parity(*which)),
+                }
+                .expect("plans read readable columns");
+                let target = match column {
+                    PlanColumn::Data(index) => {
+                        let (buffer, base) = data[*index].expect("read target");
+                        buffer.sub((piece.start_bytes - base) as usize, piece.len() as usize)
+                    }
+                    PlanColumn::Parity(which) => {
+                        let buffer = parity_old[*which].expect("parity read target");
+                        buffer.sub((piece.start_bytes - range.start_bytes) as usize, piece.len() as usize)
+                    }
+                };
+                self.op_issue(id, op, member, MemberOp::Read { offset_bytes: offset + piece.start_bytes, buffer: target });
+            }
+        }
+        match plan.strategy {
+            WriteStrategy::ReconstructWrite if plan.reads.is_empty() && range.len() == self.geometry.chunk_bytes() => {
+                self.counters.full_stripe_writes += 1;
+            }
+            WriteStrategy::ReconstructWrite => self.counters.reconstruct_writes += 1,
+            WriteStrategy::ReadModifyWrite => self.counters.read_modify_writes += 1,
+            _ => {}
+        }
+        op.work = Work::ParityWrite { strategy: plan.strategy, range, data, parity_old, parity_new, image };
+        Planned::Go
+    }
+
+    fn plan_mirror_recover(&mut self, id: OpId, op: &mut StripeOp) -> Planned {
+        let Kind::Recover { pieces } = &op.kind else { unreachable!() };
+        let pieces = pieces.clone();
+        let mut reads = Vec::new();
+        for piece in &pieces {
+            let exclude = op.unreadable | piece.repair_member.map_or(0, |m| 1 << m);
+            match self.data_reader(op.stripe, piece.piece.index, piece.piece.within_bytes, false, exclude) {
+                Some((member, offset_bytes)) => reads.push((member, offset_bytes, piece.target)),
+                None => return Planned::BeyondRedundancy,
+            }
+        }
+        for (member, offset_bytes, buffer) in reads {
+            self.op_issue(id, op, member, MemberOp::Read { offset_bytes, buffer });
+        }
+        op.work = Work::None;
+        Planned::Go
+    }
+
+    fn plan_rebuild(&mut self, id: OpId, op: &mut StripeOp) -> Planned {
+        let Kind::Rebuild { target, column, .. } = op.kind else { unreachable!() };
+        let chunk = ChunkRange::new(0, self.geometry.chunk_bytes());
+        // A proactive replace copies from the live member it replaces.
+        let role = self.members.list[target].role.expect("rebuild target has a role");
+        let placement_offset = match column {
+            Column::Data(index) => {
+                let copies = self.geometry.copies();
+                (0..copies)
+                    .map(|copy| self.geometry.data_placement(op.stripe, index, copy))
+                    .find(|placement| placement.member == role)
+                    .expect("target role holds the column")
+                    .offset_bytes
+            }
+            Column::Parity(which) => self.geometry.parity_placement(op.stripe, which).offset_bytes,
+        };
+        let old_holder = self.members.reader(role, placement_offset).filter(|&member| member != target && op.unreadable & (1 << member) == 0);
+        if self.geometry.copies() > 1 || old_holder.is_some() {
+            let source = match old_holder {
+                Some(member) => Some((member, self.superblock.data_offset_bytes + placement_offset)),
+                None => {
+                    let Column::Data(index) = column else { unreachable!("mirrors have no parity") };
+                    self.data_reader(op.stripe, index, 0, false, op.unreadable | (1 << target))
+                }
+            };
+            let Some((member, offset_bytes)) = source else {
+                op.lost_mask = match column {
+                    Column::Data(index) => 1 << index,
+                    Column::Parity(_) => 0,
+                };
+                return Planned::BeyondRedundancy;
+            };
+            let Some(buffer) = self.scratch(op, chunk.len()) else { return Planned::NoMemory };
+            self.op_issue(id, op, member, MemberOp::Read { offset_bytes, buffer });
+            op.work = Work::Chunk { image: Image::default(), source: Some((buffer, member)), parity_out: [None; 2] };
+            return Planned::Go;
+        }
+        match column {
+            Column::Data(index) => self.plan_image(id, op, chunk, 1 << index, None, false),
+            Column::Parity(which) => self.plan_image(id, op, chunk, 0, Some(which), true),
+        }
+    }
+
+    fn plan_resync(&mut self, id: OpId, op: &mut StripeOp) -> Planned {
+        let chunk = ChunkRange::new(0, self.geometry.chunk_bytes());
+        if self.geometry.copies() > 1 {
+            // Mirrors: the first readable copy is the truth (reads of unsynced regions use it
+            // too), copied onto the others.
+            let Some((member, offset_bytes)) = self.data_reader(op.stripe, 0, 0, true, op.unreadable) else {
+                return Planned::BeyondRedundancy;
+            };
+            let Some(buffer) = self.scratch(op, chunk.len()) else { return Planned::NoMemory };
+            self.op_issue(id, op, member, MemberOp::Read { offset_bytes, buffer });
+            op.work = Work::Chunk { image: Image::default(), source: Some((buffer, member)), parity_out: [None; 2] };
+            return Planned::Go;
+        }
+        let data_chunks = self.geometry.data_chunks();
+        let any_lost = (0..data_chunks).any(|index| self.readable_column(op, Column::Data(index)).is_none());
+        if self.geometry.parity_chunks() == 0 || any_lost {
+            // No parity, or a lost data chunk that cannot be checked against parity: leave the
+            // stripe as it is (and the region unsynced, so nothing trusts its parity).
+            op.skipped = any_lost;
+            op.work = Work::None;
+            return Planned::Go;
+        }
+        self.plan_image(id, op, chunk, 0, None, true)
+    }
+
+    fn compute_op(&mut self, id: OpId, op: &mut StripeOp) {
+        match &op.kind {
+            Kind::Write { .. } => self.compute_write(id, op),
+            Kind::Recover { .. } => self.compute_recover(id, op),
+            Kind::Rebuild { .. } => self.compute_rebuild(id, op),
+            Kind::Resync => self.compute_resync(id, op),
+        }
+    }
+
+    fn image_recover(&mut self, image: &Image) {
+        if let Some(recovery) = image.recovery {
+            let data_chunks = self.geometry.data_chunks();
+            let data: Vec<BufferSlice> = image.data[..data_chunks].iter().map(|slot| slot.expect("image buffer")).collect();
+            self.recover_data(recovery, &data, image.parity[0], image.parity[1]);
+        }
+    }
+
+    fn compute_write(&mut self, id: OpId, op: &mut StripeOp) {
+        let Kind::Write { fragments } = &op.kind else { unreachable!() };
+        let fragments = fragments.clone();
+        let work = std::mem::replace(&mut op.work, Work::None);
+        let mut parity_writes: Vec<(usize, BufferSlice, u64)> = Vec::new();
+        if let Work::ParityWrite { strategy, range, data, parity_old, parity_new, image } = work {
+            let data_chunks = self.geometry.data_chunks();
+            match strategy {
+                WriteStrategy::DataOnly => {}
+                WriteStrategy::ReconstructWrite | WriteStrategy::RecoverThenWrite => {
+                    if strategy == WriteStrategy::RecoverThenWrite {
+                        self.image_recover(&image);
+                    }
+                    let mut sources = Vec::with_capacity(data_chunks);
+                    for index in 0..data_chunks {
+                        let scratch = match strategy {
+                            WriteStrategy::RecoverThenWrite => Some((image.data[index].expect("image"), range.start_bytes)),
+                            _ => data[index],
+                        };
+                        match scratch {
+                            Some((buffer, base)) => {
+                                for fragment in fragments.iter().filter(|f| f.index == index) {
+                                    let at = buffer.sub((fragment.range.start_bytes - base) as usize, fragment.range.len() as usize);
+                                    self.copy_slice(fragment.buffer, at);
+                                }
+                                sources.push(buffer);
+                            }
+                            None => {
+                                let fragment = fragments.iter().find(|f| f.index == index).expect("single fragment");
+                                sources.push(fragment.buffer);
+                            }
+                        }
+                    }
+                    let parity_chunks = self.geometry.parity_chunks();
+                    let outputs: Vec<BufferSlice> = parity_new[..parity_chunks].iter().map(|p| p.expect("parity buffer")).collect();
+                    self.generate_parity(&sources, &outputs);
+                    for (which, buffer) in outputs.into_iter().enumerate() {
+                        parity_writes.push((which, buffer, range.start_bytes));
+                    }
+                }
+                WriteStrategy::ReadModifyWrite => {
+                    let parity_chunks = self.geometry.parity_chunks();
+                    let writable: Vec<bool> = (0..parity_chunks)
+                        .map(|which| !self.column_writers(op.stripe, Column::Parity(which)).is_empty())
+                        .collect();
+                    for fragment in &fragments {
+                        let (old, base) = data[fragment.index].expect("old data read");
+                        let old = old.sub((fragment.range.start_bytes - base) as usize, fragment.range.len() as usize);
+                        let at = (fragment.range.start_bytes - range.start_bytes) as usize;
+                        let len = fragment.range.len() as usize;
+                        let p = parity_old[0].filter(|_| writable[0]).map(|p| p.sub(at, len));
+                        let q = if parity_chunks == 2 { parity_old[1].filter(|_| writable[1]).map(|q| q.sub(at, len)) } else { None };
+                        let scratch_p = parity_old[0].map(|p| p.sub(at, len));
+                        self.update_parity(fragment.index, old, fragment.buffer, p, q, scratch_p);
+                    }
+                    for (which, &is_writable) in writable.iter().enumerate() {
+                        if is_writable {
+                            parity_writes.push((which, parity_old[which].expect("old parity"), range.start_bytes));
+                        }
+                    }
+                }
+            }
+        }
+        for fragment in &fragments {
+            for (member, offset) in self.column_writers(op.stripe, Column::Data(fragment.index)) {
+                let command = MemberOp::Write { offset_bytes: offset + fragment.range.start_bytes, buffer: fragment.buffer };
+                self.op_issue(id, op, member, command);
+            }
+        }
+        for (which, buffer, start) in parity_writes {
+            for (member, offset) in self.column_writers(op.stripe, Column::Parity(which)) {
+                self.op_issue(id, op, member, MemberOp::Write { offset_bytes: offset + start, buffer });
+            }
+        }
+    }
+
+    fn compute_recover(&mut self, id: OpId, op: &mut StripeOp) {
+        let Kind::Recover { pieces } = &op.kind else { unreachable!() };
+        let pieces = pieces.clone();
+        let work = std::mem::replace(&mut op.work, Work::None);
+        if let Work::Chunk { image, .. } = &work {
+            self.image_recover(image);
+            let range = image.range.expect("image range");
+            for piece in &pieces {
+                let source = image.data[piece.piece.index].expect("image buffer");
+                let from = source.sub((piece.piece.within_bytes - range.start_bytes) as usize, piece.piece.len_bytes as usize);
+                self.copy_slice(from, piece.target);
+            }
+        }
+        // Rewrite what a member failed to read, from the recovered data: a latent sector error
+        // is repaired (or, if the write fails too, the member fails).
+        for piece in &pieces {
+            let Some(member) = piece.repair_member else { continue };
+            if self.members.list[member].is_failed() {
+                continue;
+            }
+            let writers = self.column_writers(op.stripe, Column::Data(piece.piece.index));
+            if let Some(&(_, offset)) = writers.iter().find(|(writer, _)| *writer == member) {
+                let offset_bytes = offset + piece.piece.within_bytes;
+                self.op_issue(id, op, member, MemberOp::Write { offset_bytes, buffer: piece.target });
+                self.counters.repaired_reads += 1;
+                self.emit_event(GroupEvent::ReadErrorRepaired { member, offset_bytes, len_bytes: piece.piece.len_bytes });
+            }
+        }
+        op.work = work;
+    }
+
+    fn compute_rebuild(&mut self, id: OpId, op: &mut StripeOp) {
+        let Kind::Rebuild { target, column, target_offset_bytes, .. } = op.kind else { unreachable!() };
+        let work = std::mem::replace(&mut op.work, Work::None);
+        let Work::Chunk { image, source, parity_out } = &work else { unreachable!("rebuild plans a chunk") };
+        let content = match (source, column) {
+            (Some((buffer, _)), _) => *buffer,
+            (None, Column::Data(index)) => {
+                self.image_recover(image);
+                image.data[index].expect("image buffer")
+            }
+            (None, Column::Parity(which)) => {
+                self.image_recover(image);
+                let data_chunks = self.geometry.data_chunks();
+                let data: Vec<BufferSlice> = image.data[..data_chunks].iter().map(|slot| slot.expect("image")).collect();
+                let outputs: Vec<BufferSlice> = parity_out[..self.geometry.parity_chunks()].iter().map(|p| p.expect("out")).collect();
+                self.generate_parity(&data, &outputs);
+                outputs[which]
+            }
+        };
+        if !self.members.list[target].is_failed() {
+            self.op_issue(id, op, target, MemberOp::Write { offset_bytes: target_offset_bytes, buffer: content });
+        }
+        op.work = work;
+    }
+
+    fn compute_resync(&mut self, id: OpId, op: &mut StripeOp) {
+        let work = std::mem::replace(&mut op.work, Work::None);
+        match &work {
+            Work::None => {}
+            Work::Chunk { source: Some((buffer, source)), .. } => {
+                for (member, offset) in self.column_writers(op.stripe, Column::Data(0)) {
+                    if member != *source {
+                        self.op_issue(id, op, member, MemberOp::Write { offset_bytes: offset, buffer: *buffer });
+                    }
+                }
+            }
+            Work::Chunk { image, parity_out, .. } => {
+                let data_chunks = self.geometry.data_chunks();
+                let data: Vec<BufferSlice> = image.data[..data_chunks].iter().map(|slot| slot.expect("image")).collect();
+                let outputs: Vec<BufferSlice> = parity_out[..self.geometry.parity_chunks()].iter().map(|p| p.expect("out")).collect();
+                self.generate_parity(&data, &outputs);
+                for (which, buffer) in outputs.into_iter().enumerate() {
+                    for (member, offset) in self.column_writers(op.stripe, Column::Parity(which)) {
+                        self.op_issue(id, op, member, MemberOp::Write { offset_bytes: offset, buffer });
+                    }
+                }
+            }
+            Work::ParityWrite { .. } => unreachable!("resync plans a chunk"),
+        }
+        op.work = work;
+    }
+
+    /// The stripe lost more than its redundancy (or the group failed).
+    fn beyond_redundancy(&mut self, op: &mut StripeOp) {
+        op.lost_data = true;
+        match op.kind {
+            Kind::Rebuild { .. } if self.members.group_state(&self.geometry) != GroupState::Failed => {
+                // Only the unrecoverable chunks of this stripe are lost: record them and let the
+                // rebuild go on.
+                let chunk = self.geometry.chunk_bytes();
+                let stripe_offset = self.geometry.stripe_offset_bytes(op.stripe);
+                for index in 0..self.geometry.data_chunks() {
+                    if op.lost_mask & (1 << index) != 0 {
+                        let offset_bytes = stripe_offset + index as u64 * chunk;
+                        self.record_bad_range(BadRange { offset_bytes, len_bytes: chunk });
+                    }
+                }
+            }
+            Kind::Resync => op.skipped = true,
+            _ => {}
+        }
+    }
+
+    /// Records group data that is lost; reads of it fail from now on.
+    pub(super) fn record_bad_range(&mut self, range: BadRange) {
+        let bad = &mut self.superblock.bad_ranges;
+        if bad.iter().any(|existing| existing.offset_bytes <= range.offset_bytes && range.offset_bytes + range.len_bytes <= existing.offset_bytes + existing.len_bytes) {
+            return;
+        }
+        if bad.len() == crate::superblock::MAX_BAD_RANGES {
+            // The table is full: widen the last entry to cover the new range too.
+            let last = bad.last_mut().expect("full table");
+            let end = (last.offset_bytes + last.len_bytes).max(range.offset_bytes + range.len_bytes);
+            last.offset_bytes = last.offset_bytes.min(range.offset_bytes);
+            last.len_bytes = end - last.offset_bytes;
+        } else {
+            bad.push(range);
+            bad.sort();
+        }
+        self.emit_event(GroupEvent::DataLost { offset_bytes: range.offset_bytes, len_bytes: range.len_bytes });
+        self.request_superblock_update();
+    }
+
+    /// Whether a host range overlaps recorded lost data.
+    pub(super) fn overlaps_bad(&self, offset_bytes: u64, len_bytes: u64) -> bool {
+        self.superblock
+            .bad_ranges
+            .iter()
+            .any(|bad| bad.offset_bytes < offset_bytes + len_bytes && offset_bytes < bad.offset_bytes + bad.len_bytes)
+    }
+
+    fn finish_op(&mut self, id: OpId, op: &mut StripeOp) {
+        self.free_scratch(op);
+        let failed = self.members.group_state(&self.geometry) == GroupState::Failed;
+        let result = if op.lost_data || failed { Err(HostError::Io) } else { Ok(()) };
+        if op.entered {
+            let wrote = matches!(op.kind, Kind::Write { .. } | Kind::Resync | Kind::Rebuild { .. });
+            self.regions.leave(op.region, self.now_us, wrote.then_some(self.config.dirty_clear_delay_us));
+        }
+        if let Some(next) = self.locks.release(op.stripe, id) {
+            let next_op = self.ops.get_mut(next).expect("queued op is live");
+            next_op.stage = Stage::Gate;
+            self.ready.push_back(next);
+        }
+        match std::mem::replace(&mut op.kind, Kind::Resync) {
+            Kind::Write { fragments } => {
+                if result.is_ok() {
+                    self.clear_bad_ranges_covered(op.stripe, &fragments);
+                }
+                for fragment in fragments {
+                    if let Some(request) = self.requests.get_mut(fragment.request) {
+                        request.fua_members |= op.written_members;
+                    }
+                    self.finish_part(fragment.request, result);
+                }
+            }
+            Kind::Recover { pieces } => {
+                for piece in pieces {
+                    self.finish_part(piece.request, result);
+                }
+            }
+            Kind::Rebuild { row, .. } => self.rebuild_step_done(row),
+            Kind::Resync => self.resync_step_done(op.skipped),
+        }
+    }
+
+    /// A write that fully covers a recorded bad range makes its data valid again.
+    fn clear_bad_ranges_covered(&mut self, stripe: u64, fragments: &[Fragment]) {
+        if self.superblock.bad_ranges.is_empty() {
+            return;
+        }
+        let stripe_offset = self.geometry.stripe_offset_bytes(stripe);
+        let chunk = self.geometry.chunk_bytes();
+        let before = self.superblock.bad_ranges.len();
+        self.superblock.bad_ranges.retain(|bad| {
+            !fragments.iter().any(|f| {
+                let start = stripe_offset + f.index as u64 * chunk + f.range.start_bytes;
+                start <= bad.offset_bytes && bad.offset_bytes + bad.len_bytes <= start + f.range.len()
+            })
+        });
+        if self.superblock.bad_ranges.len() != before {
+            self.request_superblock_update();
+        }
+    }
+}

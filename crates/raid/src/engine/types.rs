@@ -1,0 +1,258 @@
+//! The engine's vocabulary with the outside world: requests in, commands and replies out.
+
+use crate::superblock::Uuid;
+use std::fmt;
+use tessera_buffer::{BufferId, BufferSlice};
+
+/// Names one member command in flight; echoed back in its completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CommandId(pub u64);
+
+/// A request from a host (through a virtual drive) against the group's data space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostRequest {
+    /// Chosen by the caller, echoed in the reply.
+    pub id: u64,
+    pub op: HostOp,
+}
+
+/// What a host asks for. Offsets and lengths are bytes of the group's data space, multiples of
+/// `SECTOR_BYTES`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostOp {
+    /// Read; the reply carries a buffer of `len_bytes` that the caller frees.
+    Read { offset_bytes: u64, len_bytes: u64 },
+    /// Write the contents of `buffer` (allocated from the engine's pool, its whole length);
+    /// the engine frees it. With `fua`, the reply waits until the write is durable.
+    Write { offset_bytes: u64, buffer: BufferId, fua: bool },
+    /// Make every write completed before this request durable.
+    Flush,
+    /// The host no longer needs the range. Whole regions become unwritten (read as zeroes);
+    /// the rest is left as it is.
+    Trim { offset_bytes: u64, len_bytes: u64 },
+    /// Make the range read as zeroes. `may_deallocate` allows dropping whole regions instead
+    /// of writing zeroes; `fast_only` refuses (with `HostError::NotFast`) when that is not
+    /// possible for all of the range.
+    WriteZeroes { offset_bytes: u64, len_bytes: u64, may_deallocate: bool, fast_only: bool, fua: bool },
+}
+
+/// The answer to a host request.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub id: u64,
+    /// For reads, the buffer holding the data (the caller frees it).
+    pub result: Result<Option<BufferId>, HostError>,
+}
+
+/// Why a host request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HostError {
+    /// Offset or length not sector-aligned or beyond the group's data space.
+    OutOfRange,
+    /// The data cannot be read or written: the group lost more members than its redundancy,
+    /// or the range holds data lost in an earlier failure (a recorded bad range).
+    Io,
+    /// Zeroing would not be fast (`fast_only` was set).
+    NotFast,
+    /// The engine is stopping and takes no new work.
+    ShuttingDown,
+}
+
+impl fmt::Display for HostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = match self {
+            HostError::OutOfRange => "request outside the group's data space or misaligned",
+            HostError::Io => "data unavailable (group failed or range lost)",
+            HostError::NotFast => "zeroing would not be fast",
+            HostError::ShuttingDown => "the group is shutting down",
+        };
+        f.write_str(text)
+    }
+}
+
+impl std::error::Error for HostError {}
+
+/// How a member command failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemberError {
+    /// The device reported an I/O error (EIO, a short transfer): for a read, a latent sector
+    /// error to be repaired from redundancy; for a write or flush, the member fails.
+    Io,
+    /// The device is gone (unplugged, connection lost): the member fails.
+    Gone,
+}
+
+/// What a member command does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberOp {
+    /// Read `buffer.len()` bytes at `offset_bytes` of the member device into `buffer`.
+    Read { offset_bytes: u64, buffer: BufferSlice },
+    /// Write `buffer` at `offset_bytes` of the member device.
+    Write { offset_bytes: u64, buffer: BufferSlice },
+    /// Durability barrier: every write to this member completed before it is durable when it
+    /// completes.
+    Flush,
+}
+
+/// A member command: carry it out and report `Engine::complete(id, result)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberCommand {
+    pub id: CommandId,
+    /// The engine's member index.
+    pub member: usize,
+    pub op: MemberOp,
+}
+
+/// What the engine asks of its environment.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Command {
+    Member(MemberCommand),
+    Reply(Reply),
+    Event(GroupEvent),
+}
+
+/// Something an operator should hear about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GroupEvent {
+    /// The group's state changed.
+    StateChanged { from: GroupState, to: GroupState },
+    /// A member failed and holds no data until rebuilt.
+    MemberFailed { member: usize, uuid: Uuid, reason: FailReason },
+    /// A member is being rebuilt into a role.
+    RebuildStarted { member: usize, role: usize },
+    /// A rebuild finished; the member is in sync.
+    RebuildFinished { member: usize, role: usize },
+    /// A read error was repaired by rewriting data recovered from redundancy.
+    ReadErrorRepaired { member: usize, offset_bytes: u64, len_bytes: u64 },
+    /// Data of the group lost beyond redundancy; reads of the range fail.
+    DataLost { offset_bytes: u64, len_bytes: u64 },
+    /// Resync after an unclean shutdown finished.
+    ResyncFinished { regions: u64 },
+    /// The engine finished starting and serves requests.
+    Started,
+}
+
+/// Why a member failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailReason {
+    WriteError,
+    FlushError,
+    Gone,
+    /// Failed by an administrator.
+    Admin,
+    /// Absent when the group was assembled.
+    Missing,
+}
+
+impl fmt::Display for FailReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = match self {
+            FailReason::WriteError => "write error",
+            FailReason::FlushError => "flush error",
+            FailReason::Gone => "device gone",
+            FailReason::Admin => "failed by administrator",
+            FailReason::Missing => "missing at assembly",
+        };
+        f.write_str(text)
+    }
+}
+
+/// The state of a drive group, as operators see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupState {
+    /// Writing its initial metadata or reading its bitmap; requests wait.
+    Starting,
+    Optimal,
+    /// Redundancy is reduced (a member failed or is missing), data is intact.
+    Degraded,
+    /// A member is being rebuilt.
+    Rebuilding,
+    /// Parity or mirrors are being made consistent after an unclean shutdown.
+    Resyncing,
+    /// More members lost than the redundancy: every request fails.
+    Failed,
+}
+
+impl GroupState {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Starting => "initializing",
+            GroupState::Optimal => "optimal",
+            GroupState::Degraded => "degraded",
+            GroupState::Rebuilding => "rebuilding",
+            GroupState::Resyncing => "resyncing",
+            GroupState::Failed => "failed",
+        }
+    }
+}
+
+impl fmt::Display for GroupState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Tunables of one engine.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Size of the buffer arena.
+    pub pool_bytes: usize,
+    /// How long a partial-stripe write that continues a sequential stream waits for the rest of
+    /// its stripe.
+    pub coalesce_window_us: u64,
+    /// How long a dirty region stays idle before its write-intent bit is cleared.
+    pub dirty_clear_delay_us: u64,
+    /// Stripes rebuilt at once.
+    pub rebuild_window: usize,
+    /// Stripes resynced at once.
+    pub resync_window: usize,
+    /// Rebuild progress is recorded in the superblock at least this often (member bytes).
+    pub rebuild_checkpoint_bytes: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> EngineConfig {
+        EngineConfig {
+            pool_bytes: 64 << 20,
+            coalesce_window_us: 200,
+            dirty_clear_delay_us: 2_000_000,
+            rebuild_window: 4,
+            resync_window: 4,
+            rebuild_checkpoint_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Why an administrative request was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdminError {
+    /// The group has no such role.
+    NoSuchRole(usize),
+    /// The group has failed; it takes no changes.
+    GroupFailed,
+    /// The device is smaller than a member's metadata plus data area.
+    TooSmall { size_bytes: u64, needed_bytes: u64 },
+    /// A rebuild is already running; one at a time.
+    RebuildRunning,
+    /// The device is already a member.
+    AlreadyMember,
+    /// The member table is full.
+    TooManyMembers,
+}
+
+impl fmt::Display for AdminError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AdminError::NoSuchRole(role) => write!(f, "the group has no role {role}"),
+            AdminError::GroupFailed => write!(f, "the group has failed"),
+            AdminError::TooSmall { size_bytes, needed_bytes } => {
+                write!(f, "device of {size_bytes} bytes is smaller than the {needed_bytes} bytes a member needs")
+            }
+            AdminError::RebuildRunning => write!(f, "a rebuild is already running"),
+            AdminError::AlreadyMember => write!(f, "the device is already a member"),
+            AdminError::TooManyMembers => write!(f, "the member table is full"),
+        }
+    }
+}
+
+impl std::error::Error for AdminError {}

@@ -1,0 +1,81 @@
+//! Where a group's metadata and data go on each member.
+
+use crate::bitmap::slot_bytes_for;
+use crate::geometry::{Geometry, GeometryError, Level};
+use crate::superblock::METADATA_AREA_OFFSET;
+
+/// Default group data bytes per bitmap region (rounded up to whole stripes).
+pub const DEFAULT_REGION_BYTES: u64 = 4 << 20;
+/// Data areas start on this boundary.
+pub const DATA_ALIGN_BYTES: u64 = 1 << 20;
+
+/// The computed placement of metadata and data on every member of a new group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberLayout {
+    pub geometry: Geometry,
+    pub region_bytes: u64,
+    pub bitmap_offset_bytes: u64,
+    pub bitmap_slot_bytes: u64,
+    pub journal_offset_bytes: u64,
+    pub journal_bytes: u64,
+    pub data_offset_bytes: u64,
+}
+
+/// Default journal area: 1/256 of the member, between 256 KiB and 64 MiB, in 64 KiB units.
+pub fn default_journal_bytes(member_bytes: u64) -> u64 {
+    (member_bytes / 256).clamp(256 << 10, 64 << 20) / (64 << 10) * (64 << 10)
+}
+
+/// Lays out a new group over members whose smallest is `smallest_member_bytes`.
+pub fn member_layout(
+    level: Level,
+    members: usize,
+    chunk_bytes: u64,
+    smallest_member_bytes: u64,
+    region_bytes_hint: Option<u64>,
+    journal_bytes: Option<u64>,
+) -> Result<MemberLayout, GeometryError> {
+    // Size the bitmap for the most data the members could hold, then place the data after it.
+    let upper = Geometry::new(level, members, chunk_bytes, smallest_member_bytes)?;
+    let stripe = upper.stripe_data_bytes();
+    let region_bytes = region_bytes_hint.unwrap_or(DEFAULT_REGION_BYTES).max(stripe).div_ceil(stripe) * stripe;
+    let bitmap_slot_bytes = slot_bytes_for(upper.data_bytes().div_ceil(region_bytes));
+    let bitmap_offset_bytes = METADATA_AREA_OFFSET;
+    let journal_offset_bytes = bitmap_offset_bytes + 2 * bitmap_slot_bytes;
+    let journal_bytes = journal_bytes.unwrap_or_else(|| default_journal_bytes(smallest_member_bytes));
+    assert_eq!(journal_bytes % 4096, 0, "journal size is whole pages");
+    let data_offset_bytes = (journal_offset_bytes + journal_bytes).div_ceil(DATA_ALIGN_BYTES) * DATA_ALIGN_BYTES;
+    let member_data_bytes = smallest_member_bytes.saturating_sub(data_offset_bytes);
+    let geometry = Geometry::new(level, members, chunk_bytes, member_data_bytes)?;
+    Ok(MemberLayout {
+        geometry,
+        region_bytes,
+        bitmap_offset_bytes,
+        bitmap_slot_bytes,
+        journal_offset_bytes,
+        journal_bytes,
+        data_offset_bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_of_a_typical_group() {
+        let layout = member_layout(Level::Raid5, 5, 64 << 10, 1 << 30, None, None).unwrap();
+        assert_eq!(layout.region_bytes, 4 << 20);
+        assert_eq!(layout.bitmap_offset_bytes, 64 << 10);
+        assert_eq!(layout.journal_offset_bytes, (64 << 10) + 2 * 4096);
+        assert_eq!(layout.journal_bytes, 4 << 20);
+        assert_eq!(layout.data_offset_bytes, 5 << 20);
+        assert_eq!(layout.geometry.member_data_bytes(), (1 << 30) - (5 << 20));
+    }
+
+    #[test]
+    fn regions_are_whole_stripes() {
+        let layout = member_layout(Level::Raid6, 9, 1 << 20, 8 << 30, None, None).unwrap();
+        assert_eq!(layout.region_bytes, 7 << 20);
+    }
+}

@@ -1,0 +1,93 @@
+//! Everything a run does is chosen from its seed.
+
+use crate::prng::Rng;
+use tessera_raid::geometry::Level;
+
+/// How faults are chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultMode {
+    /// Faults stay within what the group must survive: every check is exact.
+    MustSurvive,
+    /// Faults go beyond the redundancy: requests may fail, but nothing may return wrong data.
+    BeyondTolerance,
+}
+
+/// The shape of one simulated run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub seed: u64,
+    pub level: Level,
+    pub members: usize,
+    pub chunk_bytes: u64,
+    pub member_bytes: u64,
+    pub region_bytes: u64,
+    pub pool_bytes: usize,
+    pub coalesce_window_us: u64,
+    pub dirty_clear_delay_us: u64,
+    pub rebuild_window: usize,
+    pub queue_depth: usize,
+    pub host_ops: u64,
+    /// The part of the group's data space the workload touches (bytes from the start).
+    pub working_bytes: u64,
+    pub max_request_bytes: u64,
+    pub mode: FaultMode,
+    /// Per-million chances per host op of each fault.
+    pub crash_rate: u64,
+    pub member_loss_rate: u64,
+    pub write_failure_rate: u64,
+    pub latent_error_rate: u64,
+    pub bit_flip_rate: u64,
+    pub admin_fail_rate: u64,
+    pub restart_rate: u64,
+    /// Long-tail member latency (per million commands).
+    pub slow_command_rate: u64,
+}
+
+impl Config {
+    pub fn from_seed(seed: u64) -> Config {
+        let mut rng = Rng::new(seed);
+        let level = *rng.pick(&[Level::Raid0, Level::Raid1, Level::Raid10, Level::Raid5, Level::Raid5, Level::Raid6, Level::Raid6]);
+        let members = rng.between(level.min_members() as u64, 7) as usize;
+        let chunk_bytes = *rng.pick(&[4096u64, 8192, 16384, 65536]);
+        let member_bytes = rng.between(4, 10) << 20;
+        let stripe_data = chunk_bytes * data_chunks(level, members);
+        let region_bytes = stripe_data * rng.between(1, 8);
+        let mode = if rng.chance(150_000) { FaultMode::BeyondTolerance } else { FaultMode::MustSurvive };
+        let faults = rng.chance(850_000);
+        let rate = |rng: &mut Rng, max: u64| if faults { rng.below(max + 1) } else { 0 };
+        Config {
+            seed,
+            level,
+            members,
+            chunk_bytes,
+            member_bytes,
+            region_bytes,
+            pool_bytes: *rng.pick(&[6usize << 20, 16 << 20, 64 << 20]),
+            coalesce_window_us: *rng.pick(&[0u64, 50, 500]),
+            dirty_clear_delay_us: *rng.pick(&[1_000u64, 20_000, 200_000]),
+            rebuild_window: rng.between(1, 4) as usize,
+            queue_depth: rng.between(1, 24) as usize,
+            host_ops: rng.between(300, 1200),
+            working_bytes: rng.between(1, 4) << 20,
+            max_request_bytes: *rng.pick(&[4096u64, 65536, 256 << 10]),
+            mode,
+            crash_rate: rate(&mut rng, 4_000),
+            member_loss_rate: rate(&mut rng, 3_000),
+            write_failure_rate: rate(&mut rng, 1_500),
+            latent_error_rate: rate(&mut rng, 10_000),
+            bit_flip_rate: rate(&mut rng, 3_000),
+            admin_fail_rate: rate(&mut rng, 1_500),
+            restart_rate: rate(&mut rng, 2_000),
+            slow_command_rate: rng.below(20_000),
+        }
+    }
+}
+
+fn data_chunks(level: Level, members: usize) -> u64 {
+    match level {
+        Level::Raid0 => members as u64,
+        Level::Raid1 | Level::Raid10 => 1,
+        Level::Raid5 => members as u64 - 1,
+        Level::Raid6 => members as u64 - 2,
+    }
+}

@@ -1,0 +1,66 @@
+//! `tessera-sim`: run simulator seeds. `--seeds N [--from S]` runs N consecutive seeds;
+//! `--seed S` replays one with its trace.
+
+use std::process::ExitCode;
+use tessera_sim::run_seed;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |name: &str| -> Option<u64> {
+        let at = args.iter().position(|a| a == name)?;
+        let text = args.get(at + 1)?;
+        Some(text.parse().unwrap_or_else(|_| {
+            eprintln!("{name} takes a number, got {text:?}");
+            std::process::exit(2)
+        }))
+    };
+    let verbose = args.iter().any(|a| a == "--verbose");
+    if let Some(seed) = value("--seed") {
+        let outcome = run_seed(seed);
+        println!("seed {seed}: {:?}", outcome.config);
+        println!("{:?}", outcome.stats);
+        return match outcome.result {
+            Ok(()) => {
+                println!("seed {seed}: ok");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                println!("trace:\n{}", outcome.trace);
+                println!("seed {seed}: FAILED: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let count = value("--seeds").unwrap_or(100);
+    let from = value("--from").unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+    });
+    let mut failures = Vec::new();
+    let mut crashes = 0;
+    let mut faults = 0;
+    for seed in from..from + count {
+        let outcome = run_seed(seed);
+        crashes += outcome.stats.crashes;
+        faults += outcome.stats.member_losses + outcome.stats.write_failures + outcome.stats.latent_errors + outcome.stats.bit_flips;
+        if verbose {
+            println!("seed {seed}: {:?} {:?}", outcome.result, outcome.stats);
+        }
+        if let Err(error) = outcome.result {
+            println!("seed {seed}: FAILED: {error}");
+            failures.push(seed);
+        }
+    }
+    println!(
+        "{} seeds from {from}: {} passed, {} failed ({crashes} crashes, {faults} member faults injected)",
+        count,
+        count - failures.len() as u64,
+        failures.len()
+    );
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        println!("failing seeds: {failures:?}");
+        println!("replay one with: cargo xtask sim --seed <seed>");
+        ExitCode::FAILURE
+    }
+}

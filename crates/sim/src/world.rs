@@ -1,0 +1,818 @@
+//! One simulated run: the engine, its member devices, a host workload, faults, crashes, and
+//! the checkers, all on one thread and driven by one seed.
+
+use crate::config::{Config, FaultMode};
+use crate::member::SimMember;
+use crate::model::{ANY, Model, WriteTicket};
+use crate::pattern::{self, SECTOR_BYTES};
+use crate::prng::Rng;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::sync::Arc;
+use tessera_parity::Kernel;
+use tessera_raid::engine::{
+    Command, CreateSpec, DeviceProbe, Engine, EngineConfig, GroupEvent, GroupState, HostError, HostOp, HostRequest,
+    MemberCommand, MemberOp, Reply,
+};
+use tessera_raid::geometry::{Column, Geometry};
+use tessera_raid::superblock::{JournalMode, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS, Uuid, newest_copy};
+
+/// What a run did, for the summary line.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub host_ops: u64,
+    pub reads_checked: u64,
+    pub crashes: u64,
+    pub member_losses: u64,
+    pub write_failures: u64,
+    pub latent_errors: u64,
+    pub bit_flips: u64,
+    pub admin_fails: u64,
+    pub restarts: u64,
+    pub rebuilds: u64,
+    pub failed_requests: u64,
+    pub sim_time_us: u64,
+}
+
+struct Device {
+    member: SimMember,
+    uuid: Uuid,
+    /// Replaced and out of the group for good.
+    retired: bool,
+    /// Superblock copies with a flipped bit not yet rewritten.
+    flipped: [bool; 2],
+}
+
+enum Scheduled {
+    Member { command: MemberCommand, device: usize, flush_point: u64 },
+}
+
+enum HostKind {
+    Read { offset_bytes: u64, len_bytes: u64 },
+    Write { ticket: WriteTicket, fua: bool },
+    Flush,
+    Discard { ticket: WriteTicket },
+    Zeroes { ticket: WriteTicket, fua: bool },
+}
+
+struct HostInFlight {
+    kind: HostKind,
+    submit: u64,
+}
+
+pub struct World {
+    config: Config,
+    rng: Rng,
+    parity: Arc<dyn Kernel>,
+    engine: Option<Engine>,
+    devices: Vec<Device>,
+    /// Engine member index -> device index.
+    map: Vec<Option<usize>>,
+    group_uuid: Uuid,
+    now_us: u64,
+    queue: BinaryHeap<Reverse<(u64, u64)>>,
+    scheduled: HashMap<u64, Scheduled>,
+    sequence: u64,
+    model: Model,
+    in_flight: BTreeMap<u64, HostInFlight>,
+    next_request_id: u64,
+    next_write_id: u64,
+    submitted: u64,
+    /// Time at which a failed member is replaced, if one is pending.
+    repair_at: Option<u64>,
+    faults_enabled: bool,
+    pub stats: Stats,
+    trace: Vec<String>,
+}
+
+const TRACE_LINES: usize = 40;
+
+impl World {
+    pub fn new(config: Config) -> World {
+        let mut rng = Rng::new(config.seed.wrapping_mul(31).wrapping_add(7));
+        let parity: Arc<dyn Kernel> = Arc::new(tessera_parity::Scalar);
+        let devices = (0..config.members)
+            .map(|_| Device { member: SimMember::new(config.member_bytes), uuid: random_uuid(&mut rng), retired: false, flipped: [false; 2] })
+            .collect();
+        let group_uuid = random_uuid(&mut rng);
+        World {
+            model: Model::new(0, config.mode == FaultMode::MustSurvive),
+            config,
+            rng,
+            parity,
+            engine: None,
+            devices,
+            map: Vec::new(),
+            group_uuid,
+            now_us: 0,
+            queue: BinaryHeap::new(),
+            scheduled: HashMap::new(),
+            sequence: 0,
+            in_flight: BTreeMap::new(),
+            next_request_id: 1,
+            next_write_id: 1,
+            submitted: 0,
+            repair_at: None,
+            faults_enabled: true,
+            stats: Stats::default(),
+            trace: Vec::new(),
+        }
+    }
+
+    fn engine(&mut self) -> &mut Engine {
+        self.engine.as_mut().expect("engine running")
+    }
+
+    fn note(&mut self, line: String) {
+        if self.trace.len() == TRACE_LINES {
+            self.trace.remove(0);
+        }
+        self.trace.push(format!("[{} us] {line}", self.now_us));
+    }
+
+    /// The recent trace, for failure reports.
+    pub fn trace(&self) -> String {
+        self.trace.join("\n")
+    }
+
+    fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            pool_bytes: self.config.pool_bytes,
+            coalesce_window_us: self.config.coalesce_window_us,
+            dirty_clear_delay_us: self.config.dirty_clear_delay_us,
+            rebuild_window: self.config.rebuild_window,
+            resync_window: 2,
+            rebuild_checkpoint_bytes: 4 * self.config.chunk_bytes,
+        }
+    }
+
+    pub fn run(&mut self) -> Result<(), String> {
+        self.create()?;
+        while self.submitted < self.config.host_ops {
+            self.maybe_fault()?;
+            self.fill_queue();
+            self.step()?;
+        }
+        self.faults_enabled = false;
+        self.quiesce()?;
+        self.verify_all()?;
+        self.check_redundancy()?;
+        self.stats.sim_time_us = self.now_us;
+        Ok(())
+    }
+
+    fn create(&mut self) -> Result<(), String> {
+        let spec = CreateSpec {
+            group_uuid: self.group_uuid,
+            name: format!("sim-{}", self.config.seed),
+            level: self.config.level,
+            chunk_bytes: self.config.chunk_bytes,
+            members: self.devices.iter().map(|d| (d.uuid, d.member.size_bytes)).collect(),
+            created_unix_seconds: 0,
+            region_bytes: Some(self.config.region_bytes),
+            journal_bytes: Some(256 << 10),
+            journal_mode: JournalMode::AlwaysOff,
+            rebuild_rate_percent: 30,
+            config: Vec::new(),
+        };
+        let engine = Engine::create(spec, self.engine_config(), self.parity.clone()).map_err(|e| format!("create: {e}"))?;
+        let working = self.config.working_bytes.min(engine.data_bytes());
+        self.config.working_bytes = working / SECTOR_BYTES as u64 * SECTOR_BYTES as u64;
+        self.model = Model::new(self.config.working_bytes / SECTOR_BYTES as u64, self.config.mode == FaultMode::MustSurvive);
+        self.map = (0..self.devices.len()).map(Some).collect();
+        self.engine = Some(engine);
+        self.note(format!("created {:?}", self.config));
+        Ok(())
+    }
+
+    fn geometry(&self) -> Geometry {
+        *self.engine.as_ref().expect("engine").geometry()
+    }
+
+    // ----- workload -----
+
+    fn fill_queue(&mut self) {
+        while self.in_flight.len() < self.config.queue_depth && self.submitted < self.config.host_ops {
+            if !self.submit_one() {
+                break;
+            }
+        }
+    }
+
+    fn random_range(&mut self) -> (u64, u64) {
+        let sectors = self.config.working_bytes / SECTOR_BYTES as u64;
+        let max = (self.config.max_request_bytes / SECTOR_BYTES as u64).min(sectors);
+        let len = if self.rng.chance(300_000) { self.rng.between(1, 8) } else { self.rng.between(1, max) };
+        let len = len.min(sectors);
+        let start = if self.rng.chance(200_000) {
+            // Aligned to a chunk, to produce full-stripe writes now and then.
+            let chunk_sectors = self.config.chunk_bytes / SECTOR_BYTES as u64;
+            self.rng.below(sectors / chunk_sectors) * chunk_sectors
+        } else {
+            self.rng.below(sectors - len + 1)
+        };
+        (start.min(sectors - len), len)
+    }
+
+    /// Submits one host request; false if none could be submitted now (no buffer space).
+    fn submit_one(&mut self) -> bool {
+        let id = self.next_request_id;
+        let roll = self.rng.below(100);
+        let request = if roll < 40 {
+            let (start, len) = self.random_range();
+            let submit = self.model.now();
+            self.in_flight.insert(id, HostInFlight { kind: HostKind::Read { offset_bytes: start * 512, len_bytes: len * 512 }, submit });
+            HostOp::Read { offset_bytes: start * 512, len_bytes: len * 512 }
+        } else if roll < 85 {
+            let (start, len) = self.random_range();
+            let Some(buffer) = self.engine().alloc_host_buffer((len * 512) as usize) else { return false };
+            let write = self.next_write_id;
+            self.next_write_id += 1;
+            let bytes = self.engine().pool_mut().slice_mut(buffer);
+            for (i, sector) in bytes.chunks_exact_mut(SECTOR_BYTES).enumerate() {
+                pattern::fill(write, start + i as u64, sector);
+            }
+            let fua = self.rng.chance(100_000);
+            let ticket = self.model.write_submitted(start, &vec![write; len as usize]);
+            let submit = self.model.now();
+            self.in_flight.insert(id, HostInFlight { kind: HostKind::Write { ticket, fua }, submit });
+            HostOp::Write { offset_bytes: start * 512, buffer, fua }
+        } else if roll < 92 {
+            let submit = self.model.now();
+            self.in_flight.insert(id, HostInFlight { kind: HostKind::Flush, submit });
+            HostOp::Flush
+        } else if roll < 96 {
+            let (start, len) = self.wide_range();
+            let ticket = self.model.write_submitted(start, &vec![ANY; len as usize]);
+            let submit = self.model.now();
+            self.in_flight.insert(id, HostInFlight { kind: HostKind::Discard { ticket }, submit });
+            HostOp::Trim { offset_bytes: start * 512, len_bytes: len * 512 }
+        } else {
+            let (start, len) = self.wide_range();
+            let fua = self.rng.chance(200_000);
+            let may_deallocate = self.rng.chance(700_000);
+            let fast_only = self.rng.chance(200_000);
+            let ticket = self.model.write_submitted(start, &vec![0; len as usize]);
+            let submit = self.model.now();
+            self.in_flight.insert(id, HostInFlight { kind: HostKind::Zeroes { ticket, fua }, submit });
+            HostOp::WriteZeroes { offset_bytes: start * 512, len_bytes: len * 512, may_deallocate, fast_only, fua }
+        };
+        self.next_request_id += 1;
+        self.submitted += 1;
+        self.stats.host_ops += 1;
+        self.update_oldest_read();
+        self.engine().submit(HostRequest { id, op: request });
+        true
+    }
+
+    /// A range that often covers whole regions (for trim and write-zeroes).
+    fn wide_range(&mut self) -> (u64, u64) {
+        let sectors = self.config.working_bytes / SECTOR_BYTES as u64;
+        let region_sectors = self.config.region_bytes / SECTOR_BYTES as u64;
+        if self.rng.chance(600_000) && sectors >= region_sectors {
+            let regions = sectors / region_sectors;
+            let first = self.rng.below(regions);
+            let count = self.rng.between(1, (regions - first).min(3));
+            (first * region_sectors, count * region_sectors)
+        } else {
+            self.random_range()
+        }
+    }
+
+    fn update_oldest_read(&mut self) {
+        let oldest = self
+            .in_flight
+            .values()
+            .filter(|h| matches!(h.kind, HostKind::Read { .. }))
+            .map(|h| h.submit)
+            .min()
+            .unwrap_or(u64::MAX);
+        self.model.set_oldest_read(oldest);
+    }
+
+    // ----- the event loop -----
+
+    /// Carries out whatever the engine asked for, then advances to the next event.
+    fn step(&mut self) -> Result<(), String> {
+        self.drain()?;
+        let next_io = self.queue.peek().map(|Reverse((time, _))| *time);
+        let deadline = self.engine.as_ref().and_then(Engine::next_deadline_us);
+        let next = [next_io, deadline, self.repair_at].into_iter().flatten().min();
+        let Some(next) = next else {
+            if !self.in_flight.is_empty() {
+                return Err(format!("liveness: {} host requests stuck with no I/O in flight", self.in_flight.len()));
+            }
+            return Ok(());
+        };
+        self.now_us = self.now_us.max(next);
+        let now = self.now_us;
+        self.engine().tick(now);
+        if self.repair_at.is_some_and(|at| at <= now) {
+            self.repair_at = None;
+            self.repair()?;
+        }
+        if let Some(Reverse((time, sequence))) = self.queue.peek().copied()
+            && time <= now
+        {
+            self.queue.pop();
+            let scheduled = self.scheduled.remove(&sequence).expect("scheduled command");
+            self.execute(scheduled);
+        }
+        self.drain()
+    }
+
+    fn drain(&mut self) -> Result<(), String> {
+        while let Some(command) = self.engine.as_mut().and_then(Engine::poll) {
+            match command {
+                Command::Member(command) => self.schedule(command),
+                Command::Reply(reply) => self.host_reply(reply)?,
+                Command::Event(event) => self.event(event),
+            }
+        }
+        Ok(())
+    }
+
+    fn schedule(&mut self, command: MemberCommand) {
+        let device = self.map[command.member].expect("commands go to attached members");
+        let latency = if self.rng.chance(self.config.slow_command_rate) {
+            self.rng.between(1_000, 20_000)
+        } else {
+            self.rng.between(2, 150)
+        };
+        let flush_point = self.devices[device].member.flush_point();
+        self.sequence += 1;
+        self.queue.push(Reverse((self.now_us + latency, self.sequence)));
+        self.scheduled.insert(self.sequence, Scheduled::Member { command, device, flush_point });
+    }
+
+    fn execute(&mut self, scheduled: Scheduled) {
+        let Scheduled::Member { command, device, flush_point } = scheduled;
+        let engine = self.engine.as_mut().expect("engine running");
+        let member = &mut self.devices[device].member;
+        let result = match command.op {
+            MemberOp::Read { offset_bytes, buffer } => member.read(offset_bytes, engine.pool_mut().bytes_mut(buffer)),
+            MemberOp::Write { offset_bytes, buffer } => {
+                let result = member.write(offset_bytes, engine.pool().bytes(buffer));
+                if result.is_ok() {
+                    for (copy, &offset) in SUPERBLOCK_OFFSETS.iter().enumerate() {
+                        if offset == offset_bytes {
+                            self.devices[device].flipped[copy] = false;
+                        }
+                    }
+                }
+                result
+            }
+            MemberOp::Flush => member.flush(flush_point),
+        };
+        engine.complete(command.id, result);
+    }
+
+    fn event(&mut self, event: GroupEvent) {
+        self.note(format!("event {event:?}"));
+        match event {
+            GroupEvent::MemberFailed { .. } => {
+                if self.repair_at.is_none() {
+                    self.repair_at = Some(self.now_us + self.rng.between(100, 5_000));
+                }
+            }
+            GroupEvent::RebuildFinished { .. } => {
+                self.stats.rebuilds += 1;
+                self.retire_replaced_devices();
+            }
+            _ => {}
+        }
+    }
+
+    fn host_reply(&mut self, reply: Reply) -> Result<(), String> {
+        let host = self.in_flight.remove(&reply.id).ok_or_else(|| format!("reply to unknown request {}", reply.id))?;
+        let ack = self.model.now();
+        let result = match reply.result {
+            Ok(buffer) => {
+                if let HostKind::Read { offset_bytes, len_bytes } = host.kind {
+                    let buffer = buffer.ok_or("read reply without data")?;
+                    let check = self.check_read_data(offset_bytes, len_bytes, buffer, host.submit, ack);
+                    self.engine().pool_mut().free(buffer);
+                    check?;
+                }
+                Ok(())
+            }
+            Err(error) => Err(error),
+        };
+        match (host.kind, result) {
+            (HostKind::Read { .. }, Ok(())) => {}
+            (HostKind::Write { ticket, fua }, Ok(())) | (HostKind::Zeroes { ticket, fua }, Ok(())) => self.model.write_acked(&ticket, fua),
+            (HostKind::Discard { ticket }, Ok(())) => self.model.write_acked(&ticket, false),
+            (HostKind::Flush, Ok(())) => self.model.flush_acked(host.submit),
+            (HostKind::Zeroes { ticket, .. }, Err(HostError::NotFast)) => self.model.write_cancelled(&ticket),
+            (kind, Err(error)) => {
+                self.stats.failed_requests += 1;
+                let what = match kind {
+                    HostKind::Read { .. } => "read",
+                    HostKind::Write { .. } => "write",
+                    HostKind::Flush => "flush",
+                    HostKind::Discard { .. } => "trim",
+                    HostKind::Zeroes { .. } => "write-zeroes",
+                };
+                if self.config.mode == FaultMode::MustSurvive {
+                    return Err(format!("{what} request {} failed with {error:?} in a must-survive run", reply.id));
+                }
+                // Beyond tolerance: a failed write may or may not have landed (its entry stays
+                // unacknowledged in the model, which allows both).
+            }
+        }
+        self.update_oldest_read();
+        Ok(())
+    }
+
+    fn check_read_data(&mut self, offset_bytes: u64, len_bytes: u64, buffer: tessera_buffer::BufferId, submit: u64, ack: u64) -> Result<(), String> {
+        let first = offset_bytes / SECTOR_BYTES as u64;
+        let data = self.engine.as_ref().expect("engine").pool().slice(buffer).to_vec();
+        assert_eq!(data.len() as u64, len_bytes);
+        for (i, bytes) in data.chunks_exact(SECTOR_BYTES).enumerate() {
+            let sector = first + i as u64;
+            let value = pattern::identify(sector, bytes)?;
+            self.model.check_read(sector, value, submit, ack)?;
+            self.stats.reads_checked += 1;
+        }
+        Ok(())
+    }
+
+    // ----- faults -----
+
+    fn redundancy(&self) -> usize {
+        self.geometry().redundancy()
+    }
+
+    /// Roles that are down or about to be (device gone or failing), members with latent
+    /// errors, and whether the group still resyncs.
+    fn exposure(&self) -> (usize, usize, bool) {
+        let engine = self.engine.as_ref().expect("engine");
+        let status = engine.status();
+        let roles = self.geometry().members();
+        let mut down = 0;
+        let mut latent = 0;
+        for role in 0..roles {
+            let online = status.members.iter().enumerate().find(|(_, m)| m.role == Some(role) && m.state == "online");
+            match online {
+                Some((index, _)) => {
+                    let device = &self.devices[self.map[index].expect("attached")];
+                    if device.member.gone || device.member.failing_writes {
+                        down += 1;
+                    } else if !device.member.latent_errors.is_empty() {
+                        latent += 1;
+                    }
+                }
+                None => down += 1,
+            }
+        }
+        (down, latent, status.resync_regions_left > 0 || status.state == GroupState::Starting)
+    }
+
+    fn fault_allowed(&self, extra: usize) -> bool {
+        if self.config.mode == FaultMode::BeyondTolerance {
+            return true;
+        }
+        let (down, latent, unsynced) = self.exposure();
+        !unsynced && down + latent + extra <= self.redundancy()
+    }
+
+    fn maybe_fault(&mut self) -> Result<(), String> {
+        if !self.faults_enabled || self.engine.as_ref().is_some_and(|e| e.state() == GroupState::Starting) {
+            return Ok(());
+        }
+        let config = self.config.clone();
+        if self.rng.chance(config.crash_rate) {
+            let (down, latent, _) = self.exposure();
+            if config.mode == FaultMode::BeyondTolerance || (down == 0 && latent == 0) {
+                return self.crash();
+            }
+        }
+        if self.rng.chance(config.restart_rate) {
+            return self.clean_restart();
+        }
+        if self.rng.chance(config.member_loss_rate) && self.fault_allowed(1) {
+            if let Some(device) = self.pick_online_device() {
+                self.devices[device].member.gone = true;
+                self.stats.member_losses += 1;
+                self.note(format!("device {device} gone"));
+            }
+        }
+        if self.rng.chance(config.write_failure_rate) && self.fault_allowed(1) {
+            if let Some(device) = self.pick_online_device() {
+                self.devices[device].member.failing_writes = true;
+                self.stats.write_failures += 1;
+                self.note(format!("device {device} fails writes"));
+            }
+        }
+        if self.rng.chance(config.admin_fail_rate) && self.fault_allowed(1) {
+            if let Some(device) = self.pick_online_device() {
+                let member = self.map.iter().position(|&d| d == Some(device)).expect("attached");
+                self.stats.admin_fails += 1;
+                self.note(format!("admin fails member {member} (device {device})"));
+                self.engine().fail_member_admin(member);
+            }
+        }
+        if self.rng.chance(config.latent_error_rate) {
+            if let Some(device) = self.pick_online_device() {
+                let extra = usize::from(self.devices[device].member.latent_errors.is_empty());
+                if self.fault_allowed(extra) {
+                    let superblock = self.engine.as_ref().expect("engine").superblock();
+                    let data_sectors = superblock.member_data_bytes / SECTOR_BYTES as u64;
+                    let sector = superblock.data_offset_bytes / SECTOR_BYTES as u64 + self.rng.below(data_sectors);
+                    self.devices[device].member.latent_errors.insert(sector);
+                    self.stats.latent_errors += 1;
+                    self.note(format!("latent error on device {device} sector {sector}"));
+                }
+            }
+        }
+        if self.rng.chance(config.bit_flip_rate) {
+            let device = self.rng.below(self.devices.len() as u64) as usize;
+            let copy = self.rng.below(2) as usize;
+            if !self.devices[device].retired && !self.devices[device].flipped.iter().any(|&f| f) {
+                let offset = SUPERBLOCK_OFFSETS[copy] + self.rng.below(SUPERBLOCK_BYTES as u64);
+                let bit = self.rng.below(8) as u8;
+                self.devices[device].member.flip_bit(offset, bit);
+                self.devices[device].flipped[copy] = true;
+                self.stats.bit_flips += 1;
+                self.note(format!("bit flip on device {device} superblock copy {copy}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// A device holding an online role, untouched by other faults.
+    fn pick_online_device(&mut self) -> Option<usize> {
+        let status = self.engine.as_ref().expect("engine").status();
+        let candidates: Vec<usize> = status
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.state == "online" && m.role.is_some())
+            .filter_map(|(index, _)| self.map[index])
+            .filter(|&device| !self.devices[device].member.gone && !self.devices[device].member.failing_writes)
+            .collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        Some(*self.rng.pick(&candidates))
+    }
+
+    /// A power cut: the engine vanishes mid-flight, members keep what was durable and some of
+    /// what was not, and the group is assembled again from what is on the members.
+    fn crash(&mut self) -> Result<(), String> {
+        self.stats.crashes += 1;
+        self.note("crash".into());
+        let engine = self.engine.take().expect("engine running");
+        let mut in_flight: Vec<Vec<(u64, Vec<u8>)>> = vec![Vec::new(); self.devices.len()];
+        for scheduled in self.scheduled.values() {
+            let Scheduled::Member { command, device, .. } = scheduled;
+            if let MemberOp::Write { offset_bytes, buffer } = command.op {
+                in_flight[*device].push((offset_bytes, engine.pool().bytes(buffer).to_vec()));
+            }
+        }
+        drop(engine);
+        self.queue.clear();
+        self.scheduled.clear();
+        self.in_flight.clear();
+        self.model.set_oldest_read(u64::MAX);
+        for (device, writes) in in_flight.into_iter().enumerate() {
+            let mut rng = self.rng.fork();
+            self.devices[device].member.crash(&mut rng, writes);
+        }
+        self.model.crash();
+        self.assemble(true)
+    }
+
+    /// An orderly stop and a fresh assembly (a daemon restart; also how a returning device is
+    /// noticed).
+    fn clean_restart(&mut self) -> Result<(), String> {
+        self.stats.restarts += 1;
+        self.note("clean restart".into());
+        self.engine().stop();
+        let deadline = self.now_us + 60_000_000;
+        while !self.engine.as_ref().expect("engine").is_stopped() {
+            if self.now_us > deadline {
+                return Err("liveness: clean stop did not finish".into());
+            }
+            let before = (self.now_us, self.queue.len());
+            self.step()?;
+            if (self.now_us, self.queue.len()) == before && self.queue.is_empty() && !self.engine.as_ref().expect("engine").is_stopped() {
+                return Err("liveness: clean stop stalled".into());
+            }
+        }
+        if !self.in_flight.is_empty() {
+            return Err(format!("{} requests unanswered after a clean stop", self.in_flight.len()));
+        }
+        self.engine = None;
+        self.assemble(false)
+    }
+
+    fn assemble(&mut self, after_crash: bool) -> Result<(), String> {
+        let mut probes = Vec::new();
+        let mut probed_devices = Vec::new();
+        let mut notes = Vec::new();
+        for (index, device) in self.devices.iter().enumerate() {
+            if device.retired || device.member.gone {
+                continue;
+            }
+            let image = if after_crash { device.member.durable_contents() } else { device.member.contents() };
+            let copy = |i: usize| &image[SUPERBLOCK_OFFSETS[i] as usize..SUPERBLOCK_OFFSETS[i] as usize + SUPERBLOCK_BYTES];
+            match newest_copy(copy(0), copy(1)) {
+                Ok(superblock) if superblock.group_uuid == self.group_uuid => {
+                    probes.push(DeviceProbe { superblock });
+                    probed_devices.push(index);
+                }
+                Ok(_) => return Err(format!("device {index} carries a foreign superblock")),
+                Err(error) => notes.push(format!("device {index}: no superblock ({error})")),
+            }
+        }
+        for line in notes {
+            self.note(line);
+        }
+        let (engine, mapping) =
+            Engine::assemble(probes, self.engine_config(), self.parity.clone()).map_err(|e| format!("assemble: {e}"))?;
+        let members = engine.superblock().members.len();
+        self.map = vec![None; members.max(mapping.len())];
+        for (probe, member) in mapping.into_iter().enumerate() {
+            if let Some(member) = member {
+                if member >= self.map.len() {
+                    self.map.resize(member + 1, None);
+                }
+                self.map[member] = Some(probed_devices[probe]);
+            }
+        }
+        self.engine = Some(engine);
+        let status = self.engine.as_ref().expect("engine").status();
+        self.note(format!("assembled: state {:?}, members {:?}", status.state, status.members.iter().map(|m| (m.role, m.state)).collect::<Vec<_>>()));
+        if status.members.iter().any(|m| m.state == "failed" || m.state == "missing") && self.repair_at.is_none() {
+            self.repair_at = Some(self.now_us + self.rng.between(100, 5_000));
+        }
+        self.drain()
+    }
+
+    /// Replaces a failed member: a device that went away comes back (noticed on a restart), or
+    /// a fresh device takes the role.
+    fn repair(&mut self) -> Result<(), String> {
+        let status = self.engine.as_ref().expect("engine").status();
+        if status.state == GroupState::Failed || status.state == GroupState::Starting {
+            return Ok(());
+        }
+        if status.rebuild.is_some() {
+            self.repair_at = Some(self.now_us + 2_000);
+            return Ok(());
+        }
+        let roles = self.geometry().members();
+        let Some(role) = (0..roles).find(|&role| !status.members.iter().any(|m| m.role == Some(role) && m.state == "online")) else {
+            return Ok(());
+        };
+        let old = status.members.iter().position(|m| m.role == Some(role) && m.state != "online").and_then(|index| self.map.get(index).copied().flatten());
+        if let Some(device) = old
+            && self.devices[device].member.gone
+            && self.rng.chance(500_000)
+        {
+            self.note(format!("device {device} returns"));
+            self.devices[device].member.gone = false;
+            return self.clean_restart();
+        }
+        let size = self.config.member_bytes;
+        let uuid = random_uuid(&mut self.rng);
+        self.devices.push(Device { member: SimMember::new(size), uuid, retired: false, flipped: [false; 2] });
+        let device = self.devices.len() - 1;
+        let member = self.engine().replace_member(role, uuid, size).map_err(|e| format!("replace: {e}"))?;
+        if member >= self.map.len() {
+            self.map.resize(member + 1, None);
+        }
+        self.map[member] = Some(device);
+        self.note(format!("device {device} replaces role {role} as member {member}"));
+        if let Some(device) = old {
+            self.devices[device].retired = true;
+        }
+        self.drain()
+    }
+
+    fn retire_replaced_devices(&mut self) {
+        let status = self.engine.as_ref().expect("engine").status();
+        for (index, member) in status.members.iter().enumerate() {
+            if member.role.is_none()
+                && member.state == "failed"
+                && let Some(device) = self.map[index]
+            {
+                self.devices[device].retired = true;
+            }
+        }
+    }
+
+    // ----- the end of a run -----
+
+    /// Lets everything finish: no new faults, failed members replaced, rebuilds and resyncs
+    /// done, every request answered.
+    fn quiesce(&mut self) -> Result<(), String> {
+        let deadline = self.now_us + 600_000_000;
+        loop {
+            self.step()?;
+            let engine = self.engine.as_ref().expect("engine");
+            let state = engine.state();
+            let settled = self.in_flight.is_empty()
+                && engine.is_idle()
+                && !engine.has_background_work()
+                && self.queue.is_empty()
+                && self.repair_at.is_none();
+            let healthy = matches!(state, GroupState::Optimal) || self.config.mode == FaultMode::BeyondTolerance;
+            if settled && (healthy || state == GroupState::Failed) {
+                if self.config.mode == FaultMode::MustSurvive && state != GroupState::Optimal {
+                    return Err(format!("group ended {state} in a must-survive run"));
+                }
+                return Ok(());
+            }
+            if settled && !healthy && self.repair_at.is_none() {
+                self.repair_at = Some(self.now_us + 1_000);
+            }
+            if self.now_us > deadline {
+                return Err(format!("liveness: not settled after 600 s of simulated time (state {state})"));
+            }
+        }
+    }
+
+    /// Reads the whole working area and checks every sector.
+    fn verify_all(&mut self) -> Result<(), String> {
+        if self.engine.as_ref().expect("engine").state() == GroupState::Failed {
+            return Ok(());
+        }
+        let total = self.config.working_bytes;
+        let step = 64 * 1024;
+        let mut offset = 0;
+        while offset < total {
+            let len = step.min(total - offset);
+            let id = self.next_request_id;
+            self.next_request_id += 1;
+            let submit = self.model.now();
+            self.in_flight.insert(id, HostInFlight { kind: HostKind::Read { offset_bytes: offset, len_bytes: len }, submit });
+            self.update_oldest_read();
+            self.engine().submit(HostRequest { id, op: HostOp::Read { offset_bytes: offset, len_bytes: len } });
+            while self.in_flight.contains_key(&id) {
+                self.step()?;
+            }
+            offset += len;
+        }
+        Ok(())
+    }
+
+    /// With the group quiet and optimal, every written stripe's parity (or every mirror copy)
+    /// must agree with its data — checked straight on the member images.
+    fn check_redundancy(&mut self) -> Result<(), String> {
+        let engine = self.engine.as_ref().expect("engine");
+        if engine.state() != GroupState::Optimal {
+            return Ok(());
+        }
+        let geometry = *engine.geometry();
+        let superblock = engine.superblock();
+        let status = engine.status();
+        let role_device: Vec<usize> = (0..geometry.members())
+            .map(|role| {
+                let index = status.members.iter().position(|m| m.role == Some(role) && m.state == "online").expect("optimal group");
+                self.map[index].expect("attached")
+            })
+            .collect();
+        let chunk = geometry.chunk_bytes() as usize;
+        let per_region = engine.region_bytes() / geometry.stripe_data_bytes();
+        for stripe in 0..geometry.stripe_count() {
+            let region = stripe / per_region;
+            if !engine.is_region_written(region) || engine.is_region_unsynced(region) {
+                continue;
+            }
+            let column = |column: Column, copy: usize| {
+                let placement = match column {
+                    Column::Data(index) => geometry.data_placement(stripe, index, copy),
+                    Column::Parity(which) => geometry.parity_placement(stripe, which),
+                };
+                let start = (superblock.data_offset_bytes + placement.offset_bytes) as usize;
+                &self.devices[role_device[placement.member]].member.contents()[start..start + chunk]
+            };
+            for copy in 1..geometry.copies() {
+                if column(Column::Data(0), copy) != column(Column::Data(0), 0) {
+                    return Err(format!("stripe {stripe}: mirror copy {copy} differs"));
+                }
+            }
+            if geometry.parity_chunks() > 0 {
+                let data: Vec<&[u8]> = (0..geometry.data_chunks()).map(|i| column(Column::Data(i), 0)).collect();
+                let mut p = vec![0u8; chunk];
+                let mut q = vec![0u8; chunk];
+                tessera_parity::Naive.pq_gen(&data, &mut p, &mut q);
+                if p != column(Column::Parity(0), 0) {
+                    return Err(format!("stripe {stripe}: P does not match the data"));
+                }
+                if geometry.parity_chunks() == 2 && q != column(Column::Parity(1), 0) {
+                    return Err(format!("stripe {stripe}: Q does not match the data"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn random_uuid(rng: &mut Rng) -> Uuid {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
+    bytes[8..].copy_from_slice(&rng.next_u64().to_le_bytes());
+    Uuid(bytes)
+}
