@@ -19,7 +19,12 @@ pub struct Access<'a> {
 
 impl<'a> Access<'a> {
     pub(crate) fn new(pool: &'a mut BufferPool) -> Access<'a> {
-        Access { pool, borrowed: [(0, 0, false); MAX_BORROWS], count: 0, _exclusive: PhantomData }
+        Access {
+            pool,
+            borrowed: [(0, 0, false); MAX_BORROWS],
+            count: 0,
+            _exclusive: PhantomData,
+        }
     }
 
     /// Read-only bytes of a slice.
@@ -49,7 +54,10 @@ impl<'a> Access<'a> {
                     "aliasing borrow of the buffer arena: {slice:?}"
                 );
             }
-            assert!(self.count < MAX_BORROWS, "too many simultaneous buffer borrows");
+            assert!(
+                self.count < MAX_BORROWS,
+                "too many simultaneous buffer borrows"
+            );
             self.borrowed[self.count] = (start, end, writable);
             self.count += 1;
         }

@@ -31,7 +31,7 @@ impl Buddy {
         let mut page = 0u32;
         while page < pages {
             let mut order = max_order;
-            while page % (1 << order) != 0 || page + (1 << order) > pages {
+            while !page.is_multiple_of(1 << order) || page + (1 << order) > pages {
                 order -= 1;
             }
             buddy.push(page, order);
@@ -67,7 +67,10 @@ impl Buddy {
 
     pub(crate) fn free(&mut self, mut page: u32, mut order: u32) {
         assert!(page + (1 << order) <= self.pages);
-        assert_eq!(self.free_order[page as usize], NOT_FREE, "double free of page {page}");
+        assert_eq!(
+            self.free_order[page as usize], NOT_FREE,
+            "double free of page {page}"
+        );
         while order < self.max_order {
             let buddy = page ^ (1 << order);
             let fits = buddy + (1 << order) <= self.pages;

@@ -50,7 +50,11 @@ impl BufferSlice {
     /// A sub-range of this slice, relative to its start.
     pub fn sub(self, offset_bytes: usize, len_bytes: usize) -> BufferSlice {
         assert!(offset_bytes + len_bytes <= self.len_bytes as usize);
-        BufferSlice::new(self.buffer, self.offset_bytes as usize + offset_bytes, len_bytes)
+        BufferSlice::new(
+            self.buffer,
+            self.offset_bytes as usize + offset_bytes,
+            len_bytes,
+        )
     }
 
     pub fn len(self) -> usize {
@@ -132,7 +136,12 @@ impl BufferPool {
         let index = match self.free_slots.pop() {
             Some(index) => index,
             None => {
-                self.slots.push(Slot { generation: 0, page: None, order: 0, len_bytes: 0 });
+                self.slots.push(Slot {
+                    generation: 0,
+                    page: None,
+                    order: 0,
+                    len_bytes: 0,
+                });
                 u32::try_from(self.slots.len() - 1).expect("slot count fits u32")
             }
         };
@@ -141,7 +150,10 @@ impl BufferPool {
         slot.page = Some(page);
         slot.order = u8::try_from(order).expect("order fits u8");
         slot.len_bytes = len_bytes;
-        Some(BufferId { index, generation: slot.generation })
+        Some(BufferId {
+            index,
+            generation: slot.generation,
+        })
     }
 
     /// Like `alloc`, with the contents set to zero.
@@ -244,9 +256,15 @@ impl BufferPool {
     fn range(&self, slice: BufferSlice) -> (usize, usize) {
         let slot = self.slot(slice.buffer);
         let end = slice.offset_bytes as u64 + u64::from(slice.len_bytes);
-        assert!(end <= u64::from(slot.len_bytes), "slice {slice:?} beyond its buffer");
+        assert!(
+            end <= u64::from(slot.len_bytes),
+            "slice {slice:?} beyond its buffer"
+        );
         let page = slot.page.expect("live buffer has a page") as usize;
-        (page * PAGE_BYTES + slice.offset_bytes as usize, slice.len_bytes as usize)
+        (
+            page * PAGE_BYTES + slice.offset_bytes as usize,
+            slice.len_bytes as usize,
+        )
     }
 }
 
@@ -288,7 +306,9 @@ mod tests {
         pool.free(a);
         pool.free(b);
         assert_eq!(pool.used_bytes(), 0);
-        let whole = pool.alloc(64 * PAGE_BYTES).expect("frees merge back into one block");
+        let whole = pool
+            .alloc(64 * PAGE_BYTES)
+            .expect("frees merge back into one block");
         pool.free(whole);
     }
 

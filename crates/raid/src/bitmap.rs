@@ -43,7 +43,13 @@ pub struct BlockImage {
 }
 
 /// Encodes block `index` of a group (identified by `group_tag`) from its two bit arrays.
-pub fn encode_block(group_tag: u64, index: u32, sequence: u64, written: &[u8], dirty: &[u8]) -> Vec<u8> {
+pub fn encode_block(
+    group_tag: u64,
+    index: u32,
+    sequence: u64,
+    written: &[u8],
+    dirty: &[u8],
+) -> Vec<u8> {
     assert!(written.len() <= HALF_BYTES && dirty.len() <= HALF_BYTES);
     let mut out = vec![0u8; BLOCK_BYTES];
     out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -88,7 +94,9 @@ pub struct Bits {
 
 impl Bits {
     pub fn new(count: u64) -> Bits {
-        Bits { bytes: vec![0; count.div_ceil(8) as usize] }
+        Bits {
+            bytes: vec![0; count.div_ceil(8) as usize],
+        }
     }
 
     pub fn get(&self, index: u64) -> bool {
@@ -145,7 +153,10 @@ mod tests {
         assert_eq!(decoded.sequence, 42);
         let mut loaded = Bits::new(20_000);
         loaded.load_block(1, &decoded.written);
-        assert!(loaded.get(16_300) && !loaded.get(3), "block 1 holds regions 16256..");
+        assert!(
+            loaded.get(16_300) && !loaded.get(3),
+            "block 1 holds regions 16256.."
+        );
         assert_eq!(decode_block(&image, 8, 1), Err(BlockError::Foreign));
         assert_eq!(decode_block(&image, 7, 0), Err(BlockError::Foreign));
         let mut torn = image.clone();

@@ -113,7 +113,10 @@ impl fmt::Display for GeometryError {
                 "chunk size {chunk_bytes} is not a power of two between {MIN_CHUNK_BYTES} and {MAX_CHUNK_BYTES}"
             ),
             GeometryError::TooSmall { member_data_bytes } => {
-                write!(f, "members are too small ({member_data_bytes} bytes of data space each)")
+                write!(
+                    f,
+                    "members are too small ({member_data_bytes} bytes of data space each)"
+                )
             }
         }
     }
@@ -143,12 +146,18 @@ impl Geometry {
         if members < level.min_members() || members > MAX_MEMBERS {
             return Err(GeometryError::MemberCount { level, members });
         }
-        if !chunk_bytes.is_power_of_two() || !(MIN_CHUNK_BYTES..=MAX_CHUNK_BYTES).contains(&chunk_bytes)
+        if !chunk_bytes.is_power_of_two()
+            || !(MIN_CHUNK_BYTES..=MAX_CHUNK_BYTES).contains(&chunk_bytes)
         {
             return Err(GeometryError::ChunkSize { chunk_bytes });
         }
         let rounded = member_data_bytes / chunk_bytes * chunk_bytes;
-        let geometry = Geometry { level, members, chunk_bytes, member_data_bytes: rounded };
+        let geometry = Geometry {
+            level,
+            members,
+            chunk_bytes,
+            member_data_bytes: rounded,
+        };
         if geometry.stripe_count() == 0 {
             return Err(GeometryError::TooSmall { member_data_bytes });
         }
@@ -234,10 +243,17 @@ impl Geometry {
 
     /// Stripe, data chunk index within it, and byte offset within that chunk of a group offset.
     pub fn locate(&self, offset_bytes: u64) -> (u64, usize, u64) {
-        assert!(offset_bytes < self.data_bytes(), "offset {offset_bytes} beyond the group");
+        assert!(
+            offset_bytes < self.data_bytes(),
+            "offset {offset_bytes} beyond the group"
+        );
         let stripe = offset_bytes / self.stripe_data_bytes();
         let within = offset_bytes % self.stripe_data_bytes();
-        (stripe, (within / self.chunk_bytes) as usize, within % self.chunk_bytes)
+        (
+            stripe,
+            (within / self.chunk_bytes) as usize,
+            within % self.chunk_bytes,
+        )
     }
 
     /// Group offset of the first byte of a stripe.
@@ -259,8 +275,14 @@ impl Geometry {
         let row_offset_bytes = stripe * self.chunk_bytes;
         let n = self.members;
         match self.level {
-            Level::Raid0 => Placement { member: index, offset_bytes: row_offset_bytes },
-            Level::Raid1 => Placement { member: copy, offset_bytes: row_offset_bytes },
+            Level::Raid0 => Placement {
+                member: index,
+                offset_bytes: row_offset_bytes,
+            },
+            Level::Raid1 => Placement {
+                member: copy,
+                offset_bytes: row_offset_bytes,
+            },
             Level::Raid10 => {
                 let slot = stripe * 2 + copy as u64;
                 Placement {
@@ -283,8 +305,15 @@ impl Geometry {
     pub fn parity_placement(&self, stripe: u64, which: usize) -> Placement {
         assert!(which < self.parity_chunks());
         let p = self.p_member(stripe);
-        let member = if which == 0 { p } else { (p + 1) % self.members };
-        Placement { member, offset_bytes: stripe * self.chunk_bytes }
+        let member = if which == 0 {
+            p
+        } else {
+            (p + 1) % self.members
+        };
+        Placement {
+            member,
+            offset_bytes: stripe * self.chunk_bytes,
+        }
     }
 
     /// Chunk rows on each member.
@@ -322,8 +351,12 @@ impl Geometry {
     /// Every placement of a stripe, data copies first then parity, with what each holds.
     pub fn stripe_columns(&self, stripe: u64) -> impl Iterator<Item = (Column, Placement)> + '_ {
         let data = (0..self.data_chunks()).flat_map(move |index| {
-            (0..self.copies())
-                .map(move |copy| (Column::Data(index), self.data_placement(stripe, index, copy)))
+            (0..self.copies()).map(move |copy| {
+                (
+                    Column::Data(index),
+                    self.data_placement(stripe, index, copy),
+                )
+            })
         });
         let parity = (0..self.parity_chunks())
             .map(move |which| (Column::Parity(which), self.parity_placement(stripe, which)));
@@ -410,7 +443,11 @@ mod tests {
 
     fn check_rows<const N: usize>(g: &Geometry, expected: &[[&str; N]]) {
         for (stripe, row) in expected.iter().enumerate() {
-            assert_eq!(render_row(g, stripe as u64), row.to_vec(), "stripe {stripe}");
+            assert_eq!(
+                render_row(g, stripe as u64),
+                row.to_vec(),
+                "stripe {stripe}"
+            );
         }
     }
 
@@ -429,7 +466,10 @@ mod tests {
             for (copy, (member, row)) in copies.into_iter().enumerate() {
                 assert_eq!(
                     g.data_placement(chunk, 0, copy),
-                    Placement { member, offset_bytes: row * 4096 },
+                    Placement {
+                        member,
+                        offset_bytes: row * 4096
+                    },
                     "chunk {chunk} copy {copy}"
                 );
             }
@@ -451,7 +491,13 @@ mod tests {
     /// on distinct members.
     #[test]
     fn placements_never_collide() {
-        for level in [Level::Raid0, Level::Raid1, Level::Raid10, Level::Raid5, Level::Raid6] {
+        for level in [
+            Level::Raid0,
+            Level::Raid1,
+            Level::Raid10,
+            Level::Raid5,
+            Level::Raid6,
+        ] {
             for members in level.min_members()..=9 {
                 let g = geometry(level, members);
                 let mut seen = std::collections::HashSet::new();
@@ -459,7 +505,10 @@ mod tests {
                     let mut members_used = std::collections::HashSet::new();
                     for (_, placement) in g.stripe_columns(stripe) {
                         assert!(placement.offset_bytes < g.member_data_bytes());
-                        assert!(seen.insert(placement), "{level} x{members}: {placement:?} reused");
+                        assert!(
+                            seen.insert(placement),
+                            "{level} x{members}: {placement:?} reused"
+                        );
                         assert!(members_used.insert(placement.member));
                     }
                 }
@@ -470,13 +519,23 @@ mod tests {
     /// `column_at` is the inverse of the placement functions.
     #[test]
     fn column_at_inverts_placement() {
-        for level in [Level::Raid0, Level::Raid1, Level::Raid10, Level::Raid5, Level::Raid6] {
+        for level in [
+            Level::Raid0,
+            Level::Raid1,
+            Level::Raid10,
+            Level::Raid5,
+            Level::Raid6,
+        ] {
             for members in level.min_members()..=7 {
                 let g = geometry(level, members);
                 for stripe in 0..g.stripe_count() {
                     for (column, placement) in g.stripe_columns(stripe) {
                         let row = placement.offset_bytes / g.chunk_bytes();
-                        assert_eq!(g.column_at(placement.member, row), Some((stripe, column)), "{level} x{members}");
+                        assert_eq!(
+                            g.column_at(placement.member, row),
+                            Some((stripe, column)),
+                            "{level} x{members}"
+                        );
                     }
                 }
             }

@@ -38,13 +38,19 @@ pub fn member_layout(
     // Size the bitmap for the most data the members could hold, then place the data after it.
     let upper = Geometry::new(level, members, chunk_bytes, smallest_member_bytes)?;
     let stripe = upper.stripe_data_bytes();
-    let region_bytes = region_bytes_hint.unwrap_or(DEFAULT_REGION_BYTES).max(stripe).div_ceil(stripe) * stripe;
+    let region_bytes = region_bytes_hint
+        .unwrap_or(DEFAULT_REGION_BYTES)
+        .max(stripe)
+        .div_ceil(stripe)
+        * stripe;
     let bitmap_slot_bytes = slot_bytes_for(upper.data_bytes().div_ceil(region_bytes));
     let bitmap_offset_bytes = METADATA_AREA_OFFSET;
     let journal_offset_bytes = bitmap_offset_bytes + 2 * bitmap_slot_bytes;
-    let journal_bytes = journal_bytes.unwrap_or_else(|| default_journal_bytes(smallest_member_bytes));
+    let journal_bytes =
+        journal_bytes.unwrap_or_else(|| default_journal_bytes(smallest_member_bytes));
     assert_eq!(journal_bytes % 4096, 0, "journal size is whole pages");
-    let data_offset_bytes = (journal_offset_bytes + journal_bytes).div_ceil(DATA_ALIGN_BYTES) * DATA_ALIGN_BYTES;
+    let data_offset_bytes =
+        (journal_offset_bytes + journal_bytes).div_ceil(DATA_ALIGN_BYTES) * DATA_ALIGN_BYTES;
     let member_data_bytes = smallest_member_bytes.saturating_sub(data_offset_bytes);
     let geometry = Geometry::new(level, members, chunk_bytes, member_data_bytes)?;
     Ok(MemberLayout {

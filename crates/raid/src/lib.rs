@@ -6,8 +6,8 @@
 //! io_uring in the daemon and over simulated members in the deterministic simulator.
 
 pub mod bitmap;
+pub mod engine;
 pub mod geometry;
 pub mod layout;
 pub mod plan;
-pub mod engine;
 pub mod superblock;

@@ -14,7 +14,10 @@ pub struct ChunkRange {
 impl ChunkRange {
     pub fn new(start_bytes: u64, end_bytes: u64) -> ChunkRange {
         assert!(start_bytes <= end_bytes);
-        ChunkRange { start_bytes, end_bytes }
+        ChunkRange {
+            start_bytes,
+            end_bytes,
+        }
     }
 
     pub fn len(self) -> u64 {
@@ -31,14 +34,26 @@ impl ChunkRange {
 
     /// The smallest range covering both.
     pub fn hull(self, other: ChunkRange) -> ChunkRange {
-        ChunkRange::new(self.start_bytes.min(other.start_bytes), self.end_bytes.max(other.end_bytes))
+        ChunkRange::new(
+            self.start_bytes.min(other.start_bytes),
+            self.end_bytes.max(other.end_bytes),
+        )
     }
 
     /// `self` minus `cut`, as at most two ranges (empty pieces left out).
     pub fn minus(self, cut: ChunkRange) -> [Option<ChunkRange>; 2] {
-        let before = ChunkRange::new(self.start_bytes, cut.start_bytes.clamp(self.start_bytes, self.end_bytes));
-        let after = ChunkRange::new(cut.end_bytes.clamp(self.start_bytes, self.end_bytes), self.end_bytes);
-        [Some(before).filter(|r| !r.is_empty()), Some(after).filter(|r| !r.is_empty())]
+        let before = ChunkRange::new(
+            self.start_bytes,
+            cut.start_bytes.clamp(self.start_bytes, self.end_bytes),
+        );
+        let after = ChunkRange::new(
+            cut.end_bytes.clamp(self.start_bytes, self.end_bytes),
+            self.end_bytes,
+        );
+        [
+            Some(before).filter(|r| !r.is_empty()),
+            Some(after).filter(|r| !r.is_empty()),
+        ]
     }
 }
 
@@ -121,13 +136,25 @@ pub fn plan_write(shape: StripeWrite<'_>) -> Result<WritePlan, PlanError> {
         .expect("a stripe write writes something");
     assert!(!parity_range.is_empty());
 
-    let lost_data = shape.data_readable.iter().filter(|&&readable| !readable).count();
-    let lost_parity = shape.parity_readable.iter().filter(|&&readable| !readable).count();
+    let lost_data = shape
+        .data_readable
+        .iter()
+        .filter(|&&readable| !readable)
+        .count();
+    let lost_parity = shape
+        .parity_readable
+        .iter()
+        .filter(|&&readable| !readable)
+        .count();
     if lost_data + lost_parity > parity_chunks {
         return Err(PlanError::BeyondRedundancy);
     }
     if shape.parity_writable.iter().all(|&writable| !writable) {
-        return Ok(WritePlan { strategy: WriteStrategy::DataOnly, parity_range, reads: Vec::new() });
+        return Ok(WritePlan {
+            strategy: WriteStrategy::DataOnly,
+            parity_range,
+            reads: Vec::new(),
+        });
     }
 
     // Reconstruct-write needs every data chunk not fully overwritten over the parity range.
@@ -146,7 +173,12 @@ pub fn plan_write(shape: StripeWrite<'_>) -> Result<WritePlan, PlanError> {
             Some(w) => parity_range.minus(*w),
             None => [Some(parity_range), None],
         };
-        rcw_reads.extend(pieces.into_iter().flatten().map(|piece| (PlanColumn::Data(index), piece)));
+        rcw_reads.extend(
+            pieces
+                .into_iter()
+                .flatten()
+                .map(|piece| (PlanColumn::Data(index), piece)),
+        );
     }
 
     // Read-modify-write needs the old contents of every written chunk and of every parity
@@ -176,18 +208,31 @@ pub fn plan_write(shape: StripeWrite<'_>) -> Result<WritePlan, PlanError> {
         )
         .collect();
 
-    let bytes = |reads: &[(PlanColumn, ChunkRange)]| reads.iter().map(|(_, r)| r.len()).sum::<u64>();
+    let bytes =
+        |reads: &[(PlanColumn, ChunkRange)]| reads.iter().map(|(_, r)| r.len()).sum::<u64>();
     let plan = match (rcw_possible, rmw_possible) {
-        (true, true) if bytes(&rmw_reads) < bytes(&rcw_reads) => {
-            WritePlan { strategy: WriteStrategy::ReadModifyWrite, parity_range, reads: rmw_reads }
-        }
-        (true, _) => WritePlan { strategy: WriteStrategy::ReconstructWrite, parity_range, reads: rcw_reads },
-        (false, true) => {
-            WritePlan { strategy: WriteStrategy::ReadModifyWrite, parity_range, reads: rmw_reads }
-        }
+        (true, true) if bytes(&rmw_reads) < bytes(&rcw_reads) => WritePlan {
+            strategy: WriteStrategy::ReadModifyWrite,
+            parity_range,
+            reads: rmw_reads,
+        },
+        (true, _) => WritePlan {
+            strategy: WriteStrategy::ReconstructWrite,
+            parity_range,
+            reads: rcw_reads,
+        },
+        (false, true) => WritePlan {
+            strategy: WriteStrategy::ReadModifyWrite,
+            parity_range,
+            reads: rmw_reads,
+        },
         (false, false) => {
             let reads = recover_reads(shape.data_readable, shape.parity_readable, parity_range);
-            WritePlan { strategy: WriteStrategy::RecoverThenWrite, parity_range, reads }
+            WritePlan {
+                strategy: WriteStrategy::RecoverThenWrite,
+                parity_range,
+                reads,
+            }
         }
     };
     assert!(plan.reads.len() <= MAX_PLAN_READS);
@@ -195,7 +240,11 @@ pub fn plan_write(shape: StripeWrite<'_>) -> Result<WritePlan, PlanError> {
 }
 
 /// Every surviving column over `range`: what recovering lost data chunks needs.
-fn recover_reads(data_readable: &[bool], parity_readable: &[bool], range: ChunkRange) -> Vec<(PlanColumn, ChunkRange)> {
+fn recover_reads(
+    data_readable: &[bool],
+    parity_readable: &[bool],
+    range: ChunkRange,
+) -> Vec<(PlanColumn, ChunkRange)> {
     let data = data_readable
         .iter()
         .enumerate()
@@ -221,8 +270,15 @@ pub enum Recovery {
 }
 
 /// Decides how to recover the unreadable data chunks of a stripe; `None` when none is lost.
-pub fn plan_recovery(data_readable: &[bool], parity_alive: &[bool]) -> Result<Option<Recovery>, PlanError> {
-    let mut lost = data_readable.iter().enumerate().filter(|(_, readable)| !**readable).map(|(i, _)| i);
+pub fn plan_recovery(
+    data_readable: &[bool],
+    parity_alive: &[bool],
+) -> Result<Option<Recovery>, PlanError> {
+    let mut lost = data_readable
+        .iter()
+        .enumerate()
+        .filter(|(_, readable)| !**readable)
+        .map(|(i, _)| i);
     let first = lost.next();
     let second = lost.next();
     if lost.next().is_some() {
@@ -241,7 +297,11 @@ pub fn plan_recovery(data_readable: &[bool], parity_alive: &[bool]) -> Result<Op
 
 /// The columns a recovery reads over the wanted range: every readable data chunk and the
 /// parity it uses.
-pub fn recovery_reads(recovery: Recovery, data_readable: &[bool], range: ChunkRange) -> Vec<(PlanColumn, ChunkRange)> {
+pub fn recovery_reads(
+    recovery: Recovery,
+    data_readable: &[bool],
+    range: ChunkRange,
+) -> Vec<(PlanColumn, ChunkRange)> {
     let parity: &[usize] = match recovery {
         Recovery::FromP { .. } => &[0],
         Recovery::FromQ { .. } => &[1],
@@ -252,7 +312,11 @@ pub fn recovery_reads(recovery: Recovery, data_readable: &[bool], range: ChunkRa
         .enumerate()
         .filter(|(_, readable)| **readable)
         .map(|(index, _)| (PlanColumn::Data(index), range))
-        .chain(parity.iter().map(|&which| (PlanColumn::Parity(which), range)))
+        .chain(
+            parity
+                .iter()
+                .map(|&which| (PlanColumn::Parity(which), range)),
+        )
         .collect()
 }
 
@@ -267,8 +331,17 @@ mod tests {
     }
 
     /// Plan with parity columns that are either fully alive or fully lost.
-    fn plan(written: &[Option<ChunkRange>], readable: &[bool], parity: &[bool]) -> Result<WritePlan, PlanError> {
-        plan_write(StripeWrite { written, data_readable: readable, parity_readable: parity, parity_writable: parity })
+    fn plan(
+        written: &[Option<ChunkRange>],
+        readable: &[bool],
+        parity: &[bool],
+    ) -> Result<WritePlan, PlanError> {
+        plan_write(StripeWrite {
+            written,
+            data_readable: readable,
+            parity_readable: parity,
+            parity_writable: parity,
+        })
     }
 
     #[test]
@@ -302,7 +375,10 @@ mod tests {
         assert_eq!(p.strategy, WriteStrategy::ReadModifyWrite);
         assert_eq!(
             p.reads,
-            vec![(PlanColumn::Data(1), ChunkRange::new(8, 16)), (PlanColumn::Parity(0), ChunkRange::new(8, 16))]
+            vec![
+                (PlanColumn::Data(1), ChunkRange::new(8, 16)),
+                (PlanColumn::Parity(0), ChunkRange::new(8, 16))
+            ]
         );
         // RAID6: RMW reads data + P + Q = 24, RCW reads 3 * 8 = 24: the tie goes to RCW.
         let p = plan(&[None, r(8, 16), None, None], &[true; 4], &[true, true]).unwrap();
@@ -316,7 +392,10 @@ mod tests {
         let full = r(0, CHUNK);
         let p = plan(&[full, full, full, None], &[true; 4], &[true]).unwrap();
         assert_eq!(p.strategy, WriteStrategy::ReconstructWrite);
-        assert_eq!(p.reads, vec![(PlanColumn::Data(3), ChunkRange::new(0, CHUNK))]);
+        assert_eq!(
+            p.reads,
+            vec![(PlanColumn::Data(3), ChunkRange::new(0, CHUNK))]
+        );
     }
 
     #[test]
@@ -347,7 +426,12 @@ mod tests {
         let p = plan(&[None, r(0, 8), None], &[false, true, true], &[true]).unwrap();
         assert_eq!(p.strategy, WriteStrategy::ReadModifyWrite);
         // The written chunk is lost and so is an unwritten one (RAID6): recover first.
-        let p = plan(&[None, r(0, 8), None, None], &[false, false, true, true], &[true, true]).unwrap();
+        let p = plan(
+            &[None, r(0, 8), None, None],
+            &[false, false, true, true],
+            &[true, true],
+        )
+        .unwrap();
         assert_eq!(p.strategy, WriteStrategy::RecoverThenWrite);
         assert_eq!(
             p.reads,
@@ -362,7 +446,10 @@ mod tests {
         let p = plan(&[full, full, None], &[false, true, true], &[true]).unwrap();
         assert_eq!(p.strategy, WriteStrategy::ReconstructWrite);
         // Beyond redundancy.
-        assert_eq!(plan(&[full, None, None], &[false, false, true], &[true]), Err(PlanError::BeyondRedundancy));
+        assert_eq!(
+            plan(&[full, None, None], &[false, false, true], &[true]),
+            Err(PlanError::BeyondRedundancy)
+        );
     }
 
     /// Exhaustive over small stripes: every plan reads only readable columns, reads exactly
@@ -381,9 +468,11 @@ mod tests {
                         continue;
                     }
                     for health in 0..(1u32 << (data_chunks + parity_count)) {
-                        let readable: Vec<bool> = (0..data_chunks).map(|i| health & (1 << i) == 0).collect();
-                        let parity: Vec<bool> =
-                            (0..parity_count).map(|i| health & (1 << (data_chunks + i)) == 0).collect();
+                        let readable: Vec<bool> =
+                            (0..data_chunks).map(|i| health & (1 << i) == 0).collect();
+                        let parity: Vec<bool> = (0..parity_count)
+                            .map(|i| health & (1 << (data_chunks + i)) == 0)
+                            .collect();
                         check_plan(&written, &readable, &parity);
                     }
                 }
@@ -414,7 +503,8 @@ mod tests {
                 // Every byte of the parity range of every data chunk is either written or read.
                 for i in 0..readable.len() {
                     for byte in p.parity_range.start_bytes..p.parity_range.end_bytes {
-                        let is_written = written[i].is_some_and(|w| w.start_bytes <= byte && byte < w.end_bytes);
+                        let is_written =
+                            written[i].is_some_and(|w| w.start_bytes <= byte && byte < w.end_bytes);
                         let is_read = p.reads.iter().any(|(c, r)| {
                             *c == PlanColumn::Data(i) && r.start_bytes <= byte && byte < r.end_bytes
                         });
@@ -435,12 +525,20 @@ mod tests {
                         .filter(|&i| needed_unwritten(i))
                         .map(|i| p.parity_range.len() - written[i].map_or(0, |w| w.len()))
                         .sum();
-                    assert!(p.read_bytes() < rcw, "{p:?} chose RMW over a cheaper RCW ({rcw})");
+                    assert!(
+                        p.read_bytes() < rcw,
+                        "{p:?} chose RMW over a cheaper RCW ({rcw})"
+                    );
                 }
             }
             WriteStrategy::RecoverThenWrite => {
                 assert!((0..readable.len()).any(|i| needed_unwritten(i) && !readable[i]));
-                assert!(written.iter().zip(readable).any(|(w, ok)| w.is_some() && !ok));
+                assert!(
+                    written
+                        .iter()
+                        .zip(readable)
+                        .any(|(w, ok)| w.is_some() && !ok)
+                );
             }
         }
     }
@@ -448,15 +546,31 @@ mod tests {
     #[test]
     fn recovery_choices() {
         assert_eq!(plan_recovery(&[true, true], &[true]), Ok(None));
-        assert_eq!(plan_recovery(&[true, false], &[true]), Ok(Some(Recovery::FromP { lost: 1 })));
-        assert_eq!(plan_recovery(&[true, false], &[false]), Err(PlanError::BeyondRedundancy));
-        assert_eq!(plan_recovery(&[false, true, true], &[false, true]), Ok(Some(Recovery::FromQ { lost: 0 })));
+        assert_eq!(
+            plan_recovery(&[true, false], &[true]),
+            Ok(Some(Recovery::FromP { lost: 1 }))
+        );
+        assert_eq!(
+            plan_recovery(&[true, false], &[false]),
+            Err(PlanError::BeyondRedundancy)
+        );
+        assert_eq!(
+            plan_recovery(&[false, true, true], &[false, true]),
+            Ok(Some(Recovery::FromQ { lost: 0 }))
+        );
         assert_eq!(
             plan_recovery(&[false, true, false], &[true, true]),
             Ok(Some(Recovery::FromPq { lost: [0, 2] }))
         );
-        assert_eq!(plan_recovery(&[false, true, false], &[true, false]), Err(PlanError::BeyondRedundancy));
-        let reads = recovery_reads(Recovery::FromQ { lost: 0 }, &[false, true, true], ChunkRange::new(0, 4));
+        assert_eq!(
+            plan_recovery(&[false, true, false], &[true, false]),
+            Err(PlanError::BeyondRedundancy)
+        );
+        let reads = recovery_reads(
+            Recovery::FromQ { lost: 0 },
+            &[false, true, true],
+            ChunkRange::new(0, 4),
+        );
         assert_eq!(
             reads,
             vec![
@@ -473,6 +587,9 @@ mod tests {
         assert_eq!(whole.minus(ChunkRange::new(16, 32)), [r(0, 16), r(32, 64)]);
         assert_eq!(whole.minus(ChunkRange::new(0, 32)), [None, r(32, 64)]);
         assert_eq!(whole.minus(whole), [None, None]);
-        assert_eq!(ChunkRange::new(8, 16).minus(ChunkRange::new(32, 40)), [r(8, 16), None]);
+        assert_eq!(
+            ChunkRange::new(8, 16).minus(ChunkRange::new(32, 40)),
+            [r(8, 16), None]
+        );
     }
 }

@@ -43,8 +43,22 @@ impl fmt::Display for Uuid {
         write!(
             f,
             "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
-            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-            b[14], b[15]
+            b[0],
+            b[1],
+            b[2],
+            b[3],
+            b[4],
+            b[5],
+            b[6],
+            b[7],
+            b[8],
+            b[9],
+            b[10],
+            b[11],
+            b[12],
+            b[13],
+            b[14],
+            b[15]
         )
     }
 }
@@ -90,9 +104,13 @@ impl JournalMode {
     }
 
     pub fn from_name(name: &str) -> Option<JournalMode> {
-        [JournalMode::AlwaysOff, JournalMode::DegradeOnly, JournalMode::AlwaysOn]
-            .into_iter()
-            .find(|mode| mode.name() == name)
+        [
+            JournalMode::AlwaysOff,
+            JournalMode::DegradeOnly,
+            JournalMode::AlwaysOn,
+        ]
+        .into_iter()
+        .find(|mode| mode.name() == name)
     }
 }
 
@@ -208,9 +226,14 @@ impl fmt::Display for SuperblockError {
             SuperblockError::Truncated => write!(f, "superblock truncated"),
             SuperblockError::NotTessera => write!(f, "no Tessera superblock"),
             SuperblockError::UnsupportedVersion(v) => {
-                write!(f, "superblock format version {v} is not supported (this build reads {FORMAT_VERSION})")
+                write!(
+                    f,
+                    "superblock format version {v} is not supported (this build reads {FORMAT_VERSION})"
+                )
             }
-            SuperblockError::Checksum => write!(f, "superblock checksum mismatch (torn or damaged)"),
+            SuperblockError::Checksum => {
+                write!(f, "superblock checksum mismatch (torn or damaged)")
+            }
             SuperblockError::Invalid(field) => write!(f, "superblock field `{field}` is invalid"),
             SuperblockError::Geometry(error) => write!(f, "superblock geometry: {error}"),
         }
@@ -232,7 +255,9 @@ impl Superblock {
 
     /// The record of the member this copy was written to.
     pub fn this_member(&self) -> Option<&MemberRecord> {
-        self.members.iter().find(|record| record.uuid == self.member_uuid)
+        self.members
+            .iter()
+            .find(|record| record.uuid == self.member_uuid)
     }
 
     /// Encodes one copy.
@@ -249,10 +274,16 @@ impl Superblock {
         w.bytes(32, &self.member_uuid.0);
         w.u64(48, self.generation);
         w.u64(56, self.created_unix_seconds);
-        w.u8(64, u8::try_from(self.level.number()).expect("level number fits u8"));
+        w.u8(
+            64,
+            u8::try_from(self.level.number()).expect("level number fits u8"),
+        );
         w.u8(65, 0);
         w.u8(66, self.member_count);
-        let role = self.this_member().and_then(|record| record.role).unwrap_or(NO_ROLE);
+        let role = self
+            .this_member()
+            .and_then(|record| record.role)
+            .unwrap_or(NO_ROLE);
         w.u8(67, role);
         w.u32(68, self.chunk_bytes);
         w.u64(72, self.member_data_bytes);
@@ -265,8 +296,14 @@ impl Superblock {
         w.u8(128, self.journal_mode.code());
         w.u8(129, u8::from(self.clean));
         w.u8(130, self.rebuild_rate_percent);
-        w.u8(131, u8::try_from(self.members.len()).expect("member records fit u8"));
-        w.u16(132, u16::try_from(self.bad_ranges.len()).expect("bad ranges fit u16"));
+        w.u8(
+            131,
+            u8::try_from(self.members.len()).expect("member records fit u8"),
+        );
+        w.u16(
+            132,
+            u16::try_from(self.bad_ranges.len()).expect("bad ranges fit u16"),
+        );
         w.bytes(192, self.name.as_bytes());
         for (i, record) in self.members.iter().enumerate() {
             let at = MEMBER_TABLE_OFFSET + i * MEMBER_RECORD_BYTES;
@@ -282,7 +319,10 @@ impl Superblock {
             w.u64(at, range.offset_bytes);
             w.u64(at + 8, range.len_bytes);
         }
-        w.u32(CONFIG_OFFSET, u32::try_from(self.config.len()).expect("config fits u32"));
+        w.u32(
+            CONFIG_OFFSET,
+            u32::try_from(self.config.len()).expect("config fits u32"),
+        );
         w.bytes(CONFIG_OFFSET + 4, &self.config);
         let crc = crc32c::crc32c(&out);
         out[12..16].copy_from_slice(&crc.to_le_bytes());
@@ -309,7 +349,8 @@ impl Superblock {
         if crc32c::crc32c(&zeroed) != stored_crc {
             return Err(SuperblockError::Checksum);
         }
-        let level = Level::from_number(u32::from(r.u8(64))).ok_or(SuperblockError::Invalid("level"))?;
+        let level =
+            Level::from_number(u32::from(r.u8(64))).ok_or(SuperblockError::Invalid("level"))?;
         if r.u8(65) != 0 {
             return Err(SuperblockError::Invalid("layout"));
         }
@@ -334,7 +375,10 @@ impl Superblock {
             return Err(SuperblockError::Invalid("bad_ranges"));
         }
         let name_bytes = r.bytes(192, MAX_NAME_BYTES);
-        let name_len = name_bytes.iter().position(|&b| b == 0).unwrap_or(MAX_NAME_BYTES);
+        let name_len = name_bytes
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(MAX_NAME_BYTES);
         let name = std::str::from_utf8(&name_bytes[..name_len])
             .map_err(|_| SuperblockError::Invalid("name"))?
             .to_string();
@@ -348,7 +392,9 @@ impl Superblock {
             };
             let state = MemberRecordState::from_code(r.u8(at + 25))
                 .ok_or(SuperblockError::Invalid("member_state"))?;
-            if role.is_none() != (state == MemberRecordState::Spare) && state != MemberRecordState::Failed {
+            if role.is_none() != (state == MemberRecordState::Spare)
+                && state != MemberRecordState::Failed
+            {
                 return Err(SuperblockError::Invalid("member_role"));
             }
             let replacing = match r.u8(at + 26) {
@@ -368,7 +414,10 @@ impl Superblock {
         let mut bad_ranges = Vec::with_capacity(bad_count);
         for i in 0..bad_count {
             let at = BAD_TABLE_OFFSET + i * 16;
-            bad_ranges.push(BadRange { offset_bytes: r.u64(at), len_bytes: r.u64(at + 8) });
+            bad_ranges.push(BadRange {
+                offset_bytes: r.u64(at),
+                len_bytes: r.u64(at + 8),
+            });
         }
         let config_len = r.u32(CONFIG_OFFSET) as usize;
         if config_len > MAX_CONFIG_BYTES {
@@ -412,9 +461,15 @@ impl Superblock {
         }
         let metadata_end = self
             .bitmap_offset_bytes
-            .checked_add(self.bitmap_slot_bytes.checked_mul(2).ok_or(SuperblockError::Invalid("bitmap_slot_bytes"))?)
+            .checked_add(
+                self.bitmap_slot_bytes
+                    .checked_mul(2)
+                    .ok_or(SuperblockError::Invalid("bitmap_slot_bytes"))?,
+            )
             .ok_or(SuperblockError::Invalid("bitmap_slot_bytes"))?;
-        if self.bitmap_offset_bytes < METADATA_AREA_OFFSET || self.bitmap_slot_bytes % 4096 != 0 {
+        if self.bitmap_offset_bytes < METADATA_AREA_OFFSET
+            || !self.bitmap_slot_bytes.is_multiple_of(4096)
+        {
             return Err(SuperblockError::Invalid("bitmap_offset_bytes"));
         }
         let journal_end = self
@@ -424,13 +479,23 @@ impl Superblock {
         if self.journal_bytes > 0 && self.journal_offset_bytes < metadata_end {
             return Err(SuperblockError::Invalid("journal_offset_bytes"));
         }
-        if self.data_offset_bytes < metadata_end.max(journal_end) || self.data_offset_bytes % 4096 != 0 {
+        if self.data_offset_bytes < metadata_end.max(journal_end)
+            || !self.data_offset_bytes.is_multiple_of(4096)
+        {
             return Err(SuperblockError::Invalid("data_offset_bytes"));
         }
-        if self.data_offset_bytes.checked_add(self.member_data_bytes).is_none() {
+        if self
+            .data_offset_bytes
+            .checked_add(self.member_data_bytes)
+            .is_none()
+        {
             return Err(SuperblockError::Invalid("member_data_bytes"));
         }
-        if self.region_bytes == 0 || self.region_bytes % geometry.stripe_data_bytes() != 0 {
+        if self.region_bytes == 0
+            || !self
+                .region_bytes
+                .is_multiple_of(geometry.stripe_data_bytes())
+        {
             return Err(SuperblockError::Invalid("region_bytes"));
         }
         let regions = geometry.data_bytes().div_ceil(self.region_bytes);
@@ -441,7 +506,10 @@ impl Superblock {
             return Err(SuperblockError::Invalid("member_uuid"));
         }
         for (i, record) in self.members.iter().enumerate() {
-            if self.members[..i].iter().any(|other| other.uuid == record.uuid) {
+            if self.members[..i]
+                .iter()
+                .any(|other| other.uuid == record.uuid)
+            {
                 return Err(SuperblockError::Invalid("member_uuid"));
             }
             if record.rebuild_position_bytes > self.member_data_bytes {
@@ -452,7 +520,9 @@ impl Superblock {
             let holders = self
                 .members
                 .iter()
-                .filter(|record| record.role == Some(role) && record.state == MemberRecordState::Active)
+                .filter(|record| {
+                    record.role == Some(role) && record.state == MemberRecordState::Active
+                })
                 .count();
             if holders > 1 {
                 return Err(SuperblockError::Invalid("member_role"));

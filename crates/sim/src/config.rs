@@ -46,13 +46,25 @@ pub struct Config {
 impl Config {
     pub fn from_seed(seed: u64) -> Config {
         let mut rng = Rng::new(seed);
-        let level = *rng.pick(&[Level::Raid0, Level::Raid1, Level::Raid10, Level::Raid5, Level::Raid5, Level::Raid6, Level::Raid6]);
+        let level = *rng.pick(&[
+            Level::Raid0,
+            Level::Raid1,
+            Level::Raid10,
+            Level::Raid5,
+            Level::Raid5,
+            Level::Raid6,
+            Level::Raid6,
+        ]);
         let members = rng.between(level.min_members() as u64, 7) as usize;
         let chunk_bytes = *rng.pick(&[4096u64, 8192, 16384, 65536]);
         let member_bytes = rng.between(4, 10) << 20;
         let stripe_data = chunk_bytes * data_chunks(level, members);
         let region_bytes = stripe_data * rng.between(1, 8);
-        let mode = if rng.chance(150_000) { FaultMode::BeyondTolerance } else { FaultMode::MustSurvive };
+        let mode = if rng.chance(150_000) {
+            FaultMode::BeyondTolerance
+        } else {
+            FaultMode::MustSurvive
+        };
         let faults = rng.chance(850_000);
         let rate = |rng: &mut Rng, max: u64| if faults { rng.below(max + 1) } else { 0 };
         Config {

@@ -36,5 +36,11 @@ pub fn run_seed(seed: u64) -> Outcome {
                 .unwrap_or_else(|| "panic".into());
             Err(format!("panic: {message}"))
         });
-    Outcome { seed, config, stats: world.stats.clone(), trace: world.trace(), result }
+    Outcome {
+        seed,
+        config,
+        stats: world.stats.clone(),
+        trace: world.trace(),
+        result,
+    }
 }

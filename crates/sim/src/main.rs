@@ -5,6 +5,14 @@ use std::process::ExitCode;
 use tessera_sim::run_seed;
 
 fn main() -> ExitCode {
+    // Panics are caught per seed and reported with the seed; keep the report to one line.
+    std::panic::set_hook(Box::new(|info| {
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("panic at {location}");
+    }));
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value = |name: &str| -> Option<u64> {
         let at = args.iter().position(|a| a == name)?;
@@ -33,7 +41,10 @@ fn main() -> ExitCode {
     }
     let count = value("--seeds").unwrap_or(100);
     let from = value("--from").unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
     });
     let mut failures = Vec::new();
     let mut crashes = 0;
@@ -41,7 +52,10 @@ fn main() -> ExitCode {
     for seed in from..from + count {
         let outcome = run_seed(seed);
         crashes += outcome.stats.crashes;
-        faults += outcome.stats.member_losses + outcome.stats.write_failures + outcome.stats.latent_errors + outcome.stats.bit_flips;
+        faults += outcome.stats.member_losses
+            + outcome.stats.write_failures
+            + outcome.stats.latent_errors
+            + outcome.stats.bit_flips;
         if verbose {
             println!("seed {seed}: {:?} {:?}", outcome.result, outcome.stats);
         }

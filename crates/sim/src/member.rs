@@ -43,8 +43,15 @@ impl SimMember {
     }
 
     fn check_range(&self, offset_bytes: u64, len: usize) {
-        assert!(offset_bytes + len as u64 <= self.size_bytes, "member I/O beyond the device: {offset_bytes}+{len}");
-        assert_eq!(offset_bytes % SECTOR_BYTES as u64, 0, "unaligned member I/O at {offset_bytes}");
+        assert!(
+            offset_bytes + len as u64 <= self.size_bytes,
+            "member I/O beyond the device: {offset_bytes}+{len}"
+        );
+        assert_eq!(
+            offset_bytes % SECTOR_BYTES as u64,
+            0,
+            "unaligned member I/O at {offset_bytes}"
+        );
         assert_eq!(len % SECTOR_BYTES, 0, "unaligned member I/O length {len}");
     }
 
@@ -80,7 +87,11 @@ impl SimMember {
             self.latent_errors.remove(&sector);
         }
         self.completed_writes += 1;
-        self.pending.push(Pending { sequence: self.completed_writes, offset_bytes, data: data.to_vec() });
+        self.pending.push(Pending {
+            sequence: self.completed_writes,
+            offset_bytes,
+            data: data.to_vec(),
+        });
         Ok(())
     }
 
@@ -97,8 +108,9 @@ impl SimMember {
         if self.failing_writes {
             return Err(MemberError::Io);
         }
-        let (durable, rest): (Vec<Pending>, Vec<Pending>) =
-            std::mem::take(&mut self.pending).into_iter().partition(|p| p.sequence <= point);
+        let (durable, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| p.sequence <= point);
         for write in durable {
             let start = write.offset_bytes as usize;
             self.durable[start..start + write.data.len()].copy_from_slice(&write.data);
@@ -111,8 +123,10 @@ impl SimMember {
     /// completion order, so a kept later write wins over an earlier one). `in_flight` are
     /// writes issued but not completed, which may also have reached the media.
     pub fn crash(&mut self, rng: &mut Rng, in_flight: Vec<(u64, Vec<u8>)>) {
-        let mut writes: Vec<(u64, Vec<u8>)> =
-            std::mem::take(&mut self.pending).into_iter().map(|p| (p.offset_bytes, p.data)).collect();
+        let mut writes: Vec<(u64, Vec<u8>)> = std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|p| (p.offset_bytes, p.data))
+            .collect();
         writes.extend(in_flight);
         for (offset_bytes, data) in writes {
             let fate = rng.below(3);
@@ -161,7 +175,11 @@ mod tests {
         member.write(512, &[2; 512]).unwrap();
         member.flush(point).unwrap();
         assert_eq!(member.durable_contents()[0], 1);
-        assert_eq!(member.durable_contents()[512], 0, "written after the flush was issued");
+        assert_eq!(
+            member.durable_contents()[512],
+            0,
+            "written after the flush was issued"
+        );
         let mut out = [0u8; 512];
         member.read(512, &mut out).unwrap();
         assert_eq!(out[0], 2);

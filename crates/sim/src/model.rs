@@ -50,7 +50,12 @@ pub struct WriteTicket {
 
 impl Model {
     pub fn new(sectors: u64, resolve: bool) -> Model {
-        let initial = Entry { values: vec![0], submit: 0, ack: 0, durable_at: 0 };
+        let initial = Entry {
+            values: vec![0],
+            submit: 0,
+            ack: 0,
+            durable_at: 0,
+        };
         Model {
             sectors: vec![vec![initial]; sectors as usize],
             clock: 1,
@@ -82,7 +87,11 @@ impl Model {
                 durable_at: NEVER,
             });
         }
-        WriteTicket { first_sector, sectors: values.len() as u64, submit }
+        WriteTicket {
+            first_sector,
+            sectors: values.len() as u64,
+            submit,
+        }
     }
 
     /// The write was acknowledged (`durable` for FUA).
@@ -142,7 +151,7 @@ impl Model {
             .map(|e| e.submit)
             .max()
             .unwrap_or(0);
-        history.retain(|entry| !(entry.ack < newest_durable));
+        history.retain(|entry| entry.ack >= newest_durable);
     }
 
     /// A write that was refused without effect: forget it.
@@ -154,21 +163,42 @@ impl Model {
 
     /// Checks a read of `sector` submitted at `submit` and answered at `ack` that returned
     /// `value`.
-    pub fn check_read(&mut self, sector: u64, value: WriteId, submit: u64, ack: u64) -> Result<(), String> {
+    pub fn check_read(
+        &mut self,
+        sector: u64,
+        value: WriteId,
+        submit: u64,
+        ack: u64,
+    ) -> Result<(), String> {
         let history = &mut self.sectors[sector as usize];
-        let floor = history.iter().filter(|e| e.ack < submit).map(|e| e.submit).max().unwrap_or(0);
+        let floor = history
+            .iter()
+            .filter(|e| e.ack < submit)
+            .map(|e| e.submit)
+            .max()
+            .unwrap_or(0);
+        // The value may match several candidates (a zero from an old state and a zero from a
+        // concurrent write-zeroes): an ambiguous post-crash entry is fixed only when nothing
+        // else explains the value.
         let mut matched = None;
+        let mut explained_elsewhere = false;
         for (index, entry) in history.iter().enumerate() {
-            let candidate = entry.submit < ack && !(entry.ack < floor);
+            let candidate = entry.submit < ack && (entry.ack >= floor);
             if candidate && (entry.values.contains(&value) || entry.values.contains(&ANY)) {
-                matched = Some(index);
-                break;
+                if entry.values.len() == 1 {
+                    explained_elsewhere = true;
+                }
+                matched.get_or_insert(index);
             }
         }
         match matched {
             Some(index) => {
                 let entry = &mut history[index];
-                if self.resolve && entry.values.len() > 1 && !entry.values.contains(&ANY) {
+                if self.resolve
+                    && !explained_elsewhere
+                    && entry.values.len() > 1
+                    && !entry.values.contains(&ANY)
+                {
                     entry.values = vec![value];
                 }
                 Ok(())
@@ -176,12 +206,39 @@ impl Model {
             None => {
                 let candidates: Vec<String> = history
                     .iter()
-                    .filter(|e| e.submit < ack && !(e.ack < floor))
-                    .map(|e| format!("{:?}@{}..{}", e.values, e.submit, if e.ack == NEVER { "-".into() } else { e.ack.to_string() }))
+                    .filter(|e| e.submit < ack && (e.ack >= floor))
+                    .map(|e| {
+                        format!(
+                            "{:?}@{}..{}",
+                            e.values,
+                            e.submit,
+                            if e.ack == NEVER {
+                                "-".into()
+                            } else {
+                                e.ack.to_string()
+                            }
+                        )
+                    })
+                    .collect();
+                let all: Vec<String> = history
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{:?}@{}..{}",
+                            e.values,
+                            e.submit,
+                            if e.ack == NEVER {
+                                "-".into()
+                            } else {
+                                e.ack.to_string()
+                            }
+                        )
+                    })
                     .collect();
                 Err(format!(
-                    "sector {sector}: read (t{submit}..t{ack}) returned write {value}, allowed: {}",
-                    candidates.join(", ")
+                    "sector {sector}: read (t{submit}..t{ack}) returned write {value}, allowed: {} (history: {})",
+                    candidates.join(", "),
+                    all.join(", ")
                 ))
             }
         }
@@ -191,15 +248,25 @@ impl Model {
     pub fn crash(&mut self) {
         let now = self.now();
         for history in &mut self.sectors {
-            let newest_durable = history.iter().filter(|e| e.durable_at != NEVER).map(|e| e.submit).max().unwrap_or(0);
+            let newest_durable = history
+                .iter()
+                .filter(|e| e.durable_at != NEVER)
+                .map(|e| e.submit)
+                .max()
+                .unwrap_or(0);
             let mut values: Vec<WriteId> = history
                 .iter()
-                .filter(|entry| !(entry.ack < newest_durable))
+                .filter(|entry| entry.ack >= newest_durable)
                 .flat_map(|entry| entry.values.iter().copied())
                 .collect();
             values.sort_unstable();
             values.dedup();
-            *history = vec![Entry { values, submit: now, ack: now, durable_at: now }];
+            *history = vec![Entry {
+                values,
+                submit: now,
+                ack: now,
+                durable_at: now,
+            }];
         }
         self.non_durable.clear();
     }
@@ -223,7 +290,10 @@ mod tests {
         let read_start = model.now();
         let read_end = model.now();
         assert!(model.check_read(0, 5, read_start, read_end).is_ok());
-        assert!(model.check_read(0, 0, read_start, read_end).is_err(), "superseded initial value");
+        assert!(
+            model.check_read(0, 0, read_start, read_end).is_err(),
+            "superseded initial value"
+        );
         // A concurrent write may or may not be seen.
         let read_start = model.now();
         let w2 = model.write_submitted(0, &[6]);
@@ -247,10 +317,19 @@ mod tests {
         let _w3 = model.write_submitted(0, &[3]);
         model.crash();
         let (s, e) = (model.now(), model.now());
-        assert!(model.check_read(0, 0, s, e).is_err(), "older than the flushed value");
-        assert!(model.check_read(0, 3, s, e).is_ok(), "an in-flight write may have landed");
+        assert!(
+            model.check_read(0, 0, s, e).is_err(),
+            "older than the flushed value"
+        );
+        assert!(
+            model.check_read(0, 3, s, e).is_ok(),
+            "an in-flight write may have landed"
+        );
         let (s, e) = (model.now(), model.now());
-        assert!(model.check_read(0, 2, s, e).is_err(), "the first read fixed the value");
+        assert!(
+            model.check_read(0, 2, s, e).is_err(),
+            "the first read fixed the value"
+        );
         assert!(model.check_read(0, 3, s, e).is_ok());
     }
 }

@@ -34,13 +34,21 @@ pub fn identify(sector: u64, bytes: &[u8]) -> Result<WriteId, String> {
     let write = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
     let address = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
     if address != sector || write == 0 {
-        return Err(format!("sector {sector}: foreign or garbage contents (header says write {write} sector {address})"));
+        return Err(format!(
+            "sector {sector}: foreign or garbage contents (header says write {write} sector {address})"
+        ));
     }
     let mut expected = [0u8; SECTOR_BYTES];
     fill(write, sector, &mut expected);
     if expected != bytes {
-        let at = expected.iter().zip(bytes).position(|(a, b)| a != b).unwrap_or(0);
-        return Err(format!("sector {sector}: write {write} damaged at byte {at}"));
+        let at = expected
+            .iter()
+            .zip(bytes)
+            .position(|(a, b)| a != b)
+            .unwrap_or(0);
+        return Err(format!(
+            "sector {sector}: write {write} damaged at byte {at}"
+        ));
     }
     Ok(write)
 }

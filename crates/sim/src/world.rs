@@ -7,15 +7,17 @@ use crate::model::{ANY, Model, WriteTicket};
 use crate::pattern::{self, SECTOR_BYTES};
 use crate::prng::Rng;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 use tessera_parity::Kernel;
 use tessera_raid::engine::{
-    Command, CreateSpec, DeviceProbe, Engine, EngineConfig, GroupEvent, GroupState, HostError, HostOp, HostRequest,
-    MemberCommand, MemberOp, Reply,
+    Command, CreateSpec, DeviceProbe, Engine, EngineConfig, GroupEvent, GroupState, HostError,
+    HostOp, HostRequest, MemberCommand, MemberOp, Reply,
 };
 use tessera_raid::geometry::{Column, Geometry};
-use tessera_raid::superblock::{JournalMode, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS, Uuid, newest_copy};
+use tessera_raid::superblock::{
+    JournalMode, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS, Uuid, newest_copy,
+};
 
 /// What a run did, for the summary line.
 #[derive(Clone, Debug, Default)]
@@ -44,7 +46,11 @@ struct Device {
 }
 
 enum Scheduled {
-    Member { command: MemberCommand, device: usize, flush_point: u64 },
+    Member {
+        command: MemberCommand,
+        device: usize,
+        flush_point: u64,
+    },
 }
 
 enum HostKind {
@@ -71,7 +77,7 @@ pub struct World {
     group_uuid: Uuid,
     now_us: u64,
     queue: BinaryHeap<Reverse<(u64, u64)>>,
-    scheduled: HashMap<u64, Scheduled>,
+    scheduled: BTreeMap<u64, Scheduled>,
     sequence: u64,
     model: Model,
     in_flight: BTreeMap<u64, HostInFlight>,
@@ -81,18 +87,25 @@ pub struct World {
     /// Time at which a failed member is replaced, if one is pending.
     repair_at: Option<u64>,
     faults_enabled: bool,
+    /// An orderly stop is under way (repairs wait for the fresh assembly).
+    restarting: bool,
     pub stats: Stats,
     trace: Vec<String>,
 }
 
-const TRACE_LINES: usize = 40;
+const TRACE_LINES: usize = 400;
 
 impl World {
     pub fn new(config: Config) -> World {
         let mut rng = Rng::new(config.seed.wrapping_mul(31).wrapping_add(7));
         let parity: Arc<dyn Kernel> = Arc::new(tessera_parity::Scalar);
         let devices = (0..config.members)
-            .map(|_| Device { member: SimMember::new(config.member_bytes), uuid: random_uuid(&mut rng), retired: false, flipped: [false; 2] })
+            .map(|_| Device {
+                member: SimMember::new(config.member_bytes),
+                uuid: random_uuid(&mut rng),
+                retired: false,
+                flipped: [false; 2],
+            })
             .collect();
         let group_uuid = random_uuid(&mut rng);
         World {
@@ -106,7 +119,7 @@ impl World {
             group_uuid,
             now_us: 0,
             queue: BinaryHeap::new(),
-            scheduled: HashMap::new(),
+            scheduled: BTreeMap::new(),
             sequence: 0,
             in_flight: BTreeMap::new(),
             next_request_id: 1,
@@ -114,6 +127,7 @@ impl World {
             submitted: 0,
             repair_at: None,
             faults_enabled: true,
+            restarting: false,
             stats: Stats::default(),
             trace: Vec::new(),
         }
@@ -124,7 +138,7 @@ impl World {
     }
 
     fn note(&mut self, line: String) {
-        if self.trace.len() == TRACE_LINES {
+        if self.trace.len() == TRACE_LINES && watched_sector().is_none() {
             self.trace.remove(0);
         }
         self.trace.push(format!("[{} us] {line}", self.now_us));
@@ -167,7 +181,11 @@ impl World {
             name: format!("sim-{}", self.config.seed),
             level: self.config.level,
             chunk_bytes: self.config.chunk_bytes,
-            members: self.devices.iter().map(|d| (d.uuid, d.member.size_bytes)).collect(),
+            members: self
+                .devices
+                .iter()
+                .map(|d| (d.uuid, d.member.size_bytes))
+                .collect(),
             created_unix_seconds: 0,
             region_bytes: Some(self.config.region_bytes),
             journal_bytes: Some(256 << 10),
@@ -175,10 +193,14 @@ impl World {
             rebuild_rate_percent: 30,
             config: Vec::new(),
         };
-        let engine = Engine::create(spec, self.engine_config(), self.parity.clone()).map_err(|e| format!("create: {e}"))?;
+        let engine = Engine::create(spec, self.engine_config(), self.parity.clone())
+            .map_err(|e| format!("create: {e}"))?;
         let working = self.config.working_bytes.min(engine.data_bytes());
         self.config.working_bytes = working / SECTOR_BYTES as u64 * SECTOR_BYTES as u64;
-        self.model = Model::new(self.config.working_bytes / SECTOR_BYTES as u64, self.config.mode == FaultMode::MustSurvive);
+        self.model = Model::new(
+            self.config.working_bytes / SECTOR_BYTES as u64,
+            self.config.mode == FaultMode::MustSurvive,
+        );
         self.map = (0..self.devices.len()).map(Some).collect();
         self.engine = Some(engine);
         self.note(format!("created {:?}", self.config));
@@ -192,7 +214,9 @@ impl World {
     // ----- workload -----
 
     fn fill_queue(&mut self) {
-        while self.in_flight.len() < self.config.queue_depth && self.submitted < self.config.host_ops {
+        while self.in_flight.len() < self.config.queue_depth
+            && self.submitted < self.config.host_ops
+        {
             if !self.submit_one() {
                 break;
             }
@@ -202,7 +226,11 @@ impl World {
     fn random_range(&mut self) -> (u64, u64) {
         let sectors = self.config.working_bytes / SECTOR_BYTES as u64;
         let max = (self.config.max_request_bytes / SECTOR_BYTES as u64).min(sectors);
-        let len = if self.rng.chance(300_000) { self.rng.between(1, 8) } else { self.rng.between(1, max) };
+        let len = if self.rng.chance(300_000) {
+            self.rng.between(1, 8)
+        } else {
+            self.rng.between(1, max)
+        };
         let len = len.min(sectors);
         let start = if self.rng.chance(200_000) {
             // Aligned to a chunk, to produce full-stripe writes now and then.
@@ -221,11 +249,25 @@ impl World {
         let request = if roll < 40 {
             let (start, len) = self.random_range();
             let submit = self.model.now();
-            self.in_flight.insert(id, HostInFlight { kind: HostKind::Read { offset_bytes: start * 512, len_bytes: len * 512 }, submit });
-            HostOp::Read { offset_bytes: start * 512, len_bytes: len * 512 }
+            self.in_flight.insert(
+                id,
+                HostInFlight {
+                    kind: HostKind::Read {
+                        offset_bytes: start * 512,
+                        len_bytes: len * 512,
+                    },
+                    submit,
+                },
+            );
+            HostOp::Read {
+                offset_bytes: start * 512,
+                len_bytes: len * 512,
+            }
         } else if roll < 85 {
             let (start, len) = self.random_range();
-            let Some(buffer) = self.engine().alloc_host_buffer((len * 512) as usize) else { return false };
+            let Some(buffer) = self.engine().alloc_host_buffer((len * 512) as usize) else {
+                return false;
+            };
             let write = self.next_write_id;
             self.next_write_id += 1;
             let bytes = self.engine().pool_mut().slice_mut(buffer);
@@ -233,20 +275,47 @@ impl World {
                 pattern::fill(write, start + i as u64, sector);
             }
             let fua = self.rng.chance(100_000);
-            let ticket = self.model.write_submitted(start, &vec![write; len as usize]);
+            let ticket = self
+                .model
+                .write_submitted(start, &vec![write; len as usize]);
             let submit = self.model.now();
-            self.in_flight.insert(id, HostInFlight { kind: HostKind::Write { ticket, fua }, submit });
-            HostOp::Write { offset_bytes: start * 512, buffer, fua }
+            self.in_flight.insert(
+                id,
+                HostInFlight {
+                    kind: HostKind::Write { ticket, fua },
+                    submit,
+                },
+            );
+            HostOp::Write {
+                offset_bytes: start * 512,
+                buffer,
+                fua,
+            }
         } else if roll < 92 {
             let submit = self.model.now();
-            self.in_flight.insert(id, HostInFlight { kind: HostKind::Flush, submit });
+            self.in_flight.insert(
+                id,
+                HostInFlight {
+                    kind: HostKind::Flush,
+                    submit,
+                },
+            );
             HostOp::Flush
         } else if roll < 96 {
             let (start, len) = self.wide_range();
             let ticket = self.model.write_submitted(start, &vec![ANY; len as usize]);
             let submit = self.model.now();
-            self.in_flight.insert(id, HostInFlight { kind: HostKind::Discard { ticket }, submit });
-            HostOp::Trim { offset_bytes: start * 512, len_bytes: len * 512 }
+            self.in_flight.insert(
+                id,
+                HostInFlight {
+                    kind: HostKind::Discard { ticket },
+                    submit,
+                },
+            );
+            HostOp::Trim {
+                offset_bytes: start * 512,
+                len_bytes: len * 512,
+            }
         } else {
             let (start, len) = self.wide_range();
             let fua = self.rng.chance(200_000);
@@ -254,13 +323,58 @@ impl World {
             let fast_only = self.rng.chance(200_000);
             let ticket = self.model.write_submitted(start, &vec![0; len as usize]);
             let submit = self.model.now();
-            self.in_flight.insert(id, HostInFlight { kind: HostKind::Zeroes { ticket, fua }, submit });
-            HostOp::WriteZeroes { offset_bytes: start * 512, len_bytes: len * 512, may_deallocate, fast_only, fua }
+            self.in_flight.insert(
+                id,
+                HostInFlight {
+                    kind: HostKind::Zeroes { ticket, fua },
+                    submit,
+                },
+            );
+            HostOp::WriteZeroes {
+                offset_bytes: start * 512,
+                len_bytes: len * 512,
+                may_deallocate,
+                fast_only,
+                fua,
+            }
         };
         self.next_request_id += 1;
         self.submitted += 1;
         self.stats.host_ops += 1;
         self.update_oldest_read();
+        if let Some(watch) = watched_sector() {
+            let (offset, len) = match request {
+                HostOp::Read {
+                    offset_bytes,
+                    len_bytes,
+                }
+                | HostOp::Trim {
+                    offset_bytes,
+                    len_bytes,
+                } => (offset_bytes, len_bytes),
+                HostOp::WriteZeroes {
+                    offset_bytes,
+                    len_bytes,
+                    ..
+                } => (offset_bytes, len_bytes),
+                HostOp::Write {
+                    offset_bytes,
+                    buffer,
+                    ..
+                } => (
+                    offset_bytes,
+                    self.engine.as_ref().expect("engine").pool().len(buffer) as u64,
+                ),
+                HostOp::Flush => (0, u64::MAX),
+            };
+            if watch * 512 >= offset && watch * 512 - offset < len {
+                let now = self.model.now();
+                self.note(format!(
+                    "request {id} (t{now}): {request:?} len {len} write id {}",
+                    self.next_write_id - 1
+                ));
+            }
+        }
         self.engine().submit(HostRequest { id, op: request });
         true
     }
@@ -297,17 +411,21 @@ impl World {
         self.drain()?;
         let next_io = self.queue.peek().map(|Reverse((time, _))| *time);
         let deadline = self.engine.as_ref().and_then(Engine::next_deadline_us);
-        let next = [next_io, deadline, self.repair_at].into_iter().flatten().min();
+        let repair_at = self.repair_at.filter(|_| !self.restarting);
+        let next = [next_io, deadline, repair_at].into_iter().flatten().min();
         let Some(next) = next else {
             if !self.in_flight.is_empty() {
-                return Err(format!("liveness: {} host requests stuck with no I/O in flight", self.in_flight.len()));
+                return Err(format!(
+                    "liveness: {} host requests stuck with no I/O in flight",
+                    self.in_flight.len()
+                ));
             }
             return Ok(());
         };
         self.now_us = self.now_us.max(next);
         let now = self.now_us;
         self.engine().tick(now);
-        if self.repair_at.is_some_and(|at| at <= now) {
+        if !self.restarting && self.repair_at.is_some_and(|at| at <= now) {
             self.repair_at = None;
             self.repair()?;
         }
@@ -341,17 +459,67 @@ impl World {
         };
         let flush_point = self.devices[device].member.flush_point();
         self.sequence += 1;
-        self.queue.push(Reverse((self.now_us + latency, self.sequence)));
-        self.scheduled.insert(self.sequence, Scheduled::Member { command, device, flush_point });
+        self.queue
+            .push(Reverse((self.now_us + latency, self.sequence)));
+        self.scheduled.insert(
+            self.sequence,
+            Scheduled::Member {
+                command,
+                device,
+                flush_point,
+            },
+        );
     }
 
     fn execute(&mut self, scheduled: Scheduled) {
-        let Scheduled::Member { command, device, flush_point } = scheduled;
+        let Scheduled::Member {
+            command,
+            device,
+            flush_point,
+        } = scheduled;
         let engine = self.engine.as_mut().expect("engine running");
         let member = &mut self.devices[device].member;
+        if let Ok(spec) = std::env::var("TESSERA_SIM_WATCH_MEMBER") {
+            let mut parts = spec.split(':').map(|p| p.parse::<u64>().unwrap_or(0));
+            let (watch_device, watch_offset) = (
+                parts.next().unwrap_or(0) as usize,
+                parts.next().unwrap_or(0),
+            );
+            let (offset, len, what) = match command.op {
+                MemberOp::Read {
+                    offset_bytes,
+                    buffer,
+                } => (offset_bytes, buffer.len() as u64, "read"),
+                MemberOp::Write {
+                    offset_bytes,
+                    buffer,
+                } => (offset_bytes, buffer.len() as u64, "write"),
+                MemberOp::Flush => (0, 0, "flush"),
+            };
+            if device == watch_device && offset <= watch_offset && watch_offset < offset + len {
+                let first = match command.op {
+                    MemberOp::Write { buffer, .. } => {
+                        let at = (watch_offset - offset) as usize;
+                        let bytes = &engine.pool().bytes(buffer)[at..at + 16];
+                        format!("{:?}", &bytes[..16])
+                    }
+                    _ => String::new(),
+                };
+                eprintln!(
+                    "[{} us] device {device} {what} {offset}+{len} {first}",
+                    self.now_us
+                );
+            }
+        }
         let result = match command.op {
-            MemberOp::Read { offset_bytes, buffer } => member.read(offset_bytes, engine.pool_mut().bytes_mut(buffer)),
-            MemberOp::Write { offset_bytes, buffer } => {
+            MemberOp::Read {
+                offset_bytes,
+                buffer,
+            } => member.read(offset_bytes, engine.pool_mut().bytes_mut(buffer)),
+            MemberOp::Write {
+                offset_bytes,
+                buffer,
+            } => {
                 let result = member.write(offset_bytes, engine.pool().bytes(buffer));
                 if result.is_ok() {
                     for (copy, &offset) in SUPERBLOCK_OFFSETS.iter().enumerate() {
@@ -370,10 +538,8 @@ impl World {
     fn event(&mut self, event: GroupEvent) {
         self.note(format!("event {event:?}"));
         match event {
-            GroupEvent::MemberFailed { .. } => {
-                if self.repair_at.is_none() {
-                    self.repair_at = Some(self.now_us + self.rng.between(100, 5_000));
-                }
+            GroupEvent::MemberFailed { .. } if self.repair_at.is_none() => {
+                self.repair_at = Some(self.now_us + self.rng.between(100, 5_000));
             }
             GroupEvent::RebuildFinished { .. } => {
                 self.stats.rebuilds += 1;
@@ -384,15 +550,51 @@ impl World {
     }
 
     fn host_reply(&mut self, reply: Reply) -> Result<(), String> {
-        let host = self.in_flight.remove(&reply.id).ok_or_else(|| format!("reply to unknown request {}", reply.id))?;
+        if watched_sector().is_some() {
+            self.note(format!(
+                "reply {} {:?}",
+                reply.id,
+                reply.result.as_ref().map(|_| ())
+            ));
+        }
+        let host = self
+            .in_flight
+            .remove(&reply.id)
+            .ok_or_else(|| format!("reply to unknown request {}", reply.id))?;
         let ack = self.model.now();
         let result = match reply.result {
             Ok(buffer) => {
-                if let HostKind::Read { offset_bytes, len_bytes } = host.kind {
+                if let HostKind::Read {
+                    offset_bytes,
+                    len_bytes,
+                } = host.kind
+                {
                     let buffer = buffer.ok_or("read reply without data")?;
-                    let check = self.check_read_data(offset_bytes, len_bytes, buffer, host.submit, ack);
+                    let check =
+                        self.check_read_data(offset_bytes, len_bytes, buffer, host.submit, ack);
                     self.engine().pool_mut().free(buffer);
-                    check?;
+                    if let Err(error) = check {
+                        let engine = self.engine.as_ref().expect("engine");
+                        let status = engine.status();
+                        return Err(format!(
+                            "{error}\n  region of offset written {} unsynced {}, group {:?}, members {:?}, rebuild {:?}, bad ranges {:?}",
+                            engine.is_region_written(offset_bytes / engine.region_bytes()),
+                            engine.is_region_unsynced(offset_bytes / engine.region_bytes()),
+                            status.state,
+                            status
+                                .members
+                                .iter()
+                                .map(|m| (m.role, m.state))
+                                .collect::<Vec<_>>(),
+                            engine
+                                .superblock()
+                                .members
+                                .iter()
+                                .map(|m| (m.role, m.state, m.rebuild_position_bytes))
+                                .collect::<Vec<_>>(),
+                            engine.superblock().bad_ranges
+                        ));
+                    }
                 }
                 Ok(())
             }
@@ -400,10 +602,13 @@ impl World {
         };
         match (host.kind, result) {
             (HostKind::Read { .. }, Ok(())) => {}
-            (HostKind::Write { ticket, fua }, Ok(())) | (HostKind::Zeroes { ticket, fua }, Ok(())) => self.model.write_acked(&ticket, fua),
+            (HostKind::Write { ticket, fua }, Ok(()))
+            | (HostKind::Zeroes { ticket, fua }, Ok(())) => self.model.write_acked(&ticket, fua),
             (HostKind::Discard { ticket }, Ok(())) => self.model.write_acked(&ticket, false),
             (HostKind::Flush, Ok(())) => self.model.flush_acked(host.submit),
-            (HostKind::Zeroes { ticket, .. }, Err(HostError::NotFast)) => self.model.write_cancelled(&ticket),
+            (HostKind::Zeroes { ticket, .. }, Err(HostError::NotFast)) => {
+                self.model.write_cancelled(&ticket)
+            }
             (kind, Err(error)) => {
                 self.stats.failed_requests += 1;
                 let what = match kind {
@@ -414,7 +619,10 @@ impl World {
                     HostKind::Zeroes { .. } => "write-zeroes",
                 };
                 if self.config.mode == FaultMode::MustSurvive {
-                    return Err(format!("{what} request {} failed with {error:?} in a must-survive run", reply.id));
+                    return Err(format!(
+                        "{what} request {} failed with {error:?} in a must-survive run",
+                        reply.id
+                    ));
                 }
                 // Beyond tolerance: a failed write may or may not have landed (its entry stays
                 // unacknowledged in the model, which allows both).
@@ -424,9 +632,22 @@ impl World {
         Ok(())
     }
 
-    fn check_read_data(&mut self, offset_bytes: u64, len_bytes: u64, buffer: tessera_buffer::BufferId, submit: u64, ack: u64) -> Result<(), String> {
+    fn check_read_data(
+        &mut self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        buffer: tessera_buffer::BufferId,
+        submit: u64,
+        ack: u64,
+    ) -> Result<(), String> {
         let first = offset_bytes / SECTOR_BYTES as u64;
-        let data = self.engine.as_ref().expect("engine").pool().slice(buffer).to_vec();
+        let data = self
+            .engine
+            .as_ref()
+            .expect("engine")
+            .pool()
+            .slice(buffer)
+            .to_vec();
         assert_eq!(data.len() as u64, len_bytes);
         for (i, bytes) in data.chunks_exact(SECTOR_BYTES).enumerate() {
             let sector = first + i as u64;
@@ -452,7 +673,11 @@ impl World {
         let mut down = 0;
         let mut latent = 0;
         for role in 0..roles {
-            let online = status.members.iter().enumerate().find(|(_, m)| m.role == Some(role) && m.state == "online");
+            let online = status
+                .members
+                .iter()
+                .enumerate()
+                .find(|(_, m)| m.role == Some(role) && m.state == "online");
             match online {
                 Some((index, _)) => {
                     let device = &self.devices[self.map[index].expect("attached")];
@@ -465,7 +690,11 @@ impl World {
                 None => down += 1,
             }
         }
-        (down, latent, status.resync_regions_left > 0 || status.state == GroupState::Starting)
+        (
+            down,
+            latent,
+            status.resync_regions_left > 0 || status.state == GroupState::Starting,
+        )
     }
 
     fn fault_allowed(&self, extra: usize) -> bool {
@@ -477,7 +706,12 @@ impl World {
     }
 
     fn maybe_fault(&mut self) -> Result<(), String> {
-        if !self.faults_enabled || self.engine.as_ref().is_some_and(|e| e.state() == GroupState::Starting) {
+        if !self.faults_enabled
+            || self
+                .engine
+                .as_ref()
+                .is_some_and(|e| e.state() == GroupState::Starting)
+        {
             return Ok(());
         }
         let config = self.config.clone();
@@ -490,51 +724,77 @@ impl World {
         if self.rng.chance(config.restart_rate) {
             return self.clean_restart();
         }
-        if self.rng.chance(config.member_loss_rate) && self.fault_allowed(1) {
-            if let Some(device) = self.pick_online_device() {
-                self.devices[device].member.gone = true;
-                self.stats.member_losses += 1;
-                self.note(format!("device {device} gone"));
-            }
+        if self.rng.chance(config.member_loss_rate)
+            && self.fault_allowed(1)
+            && let Some(device) = self.pick_online_device()
+        {
+            self.devices[device].member.gone = true;
+            self.stats.member_losses += 1;
+            self.note(format!("device {device} gone"));
         }
-        if self.rng.chance(config.write_failure_rate) && self.fault_allowed(1) {
-            if let Some(device) = self.pick_online_device() {
-                self.devices[device].member.failing_writes = true;
-                self.stats.write_failures += 1;
-                self.note(format!("device {device} fails writes"));
-            }
+        if self.rng.chance(config.write_failure_rate)
+            && self.fault_allowed(1)
+            && let Some(device) = self.pick_online_device()
+        {
+            self.devices[device].member.failing_writes = true;
+            self.stats.write_failures += 1;
+            self.note(format!("device {device} fails writes"));
         }
-        if self.rng.chance(config.admin_fail_rate) && self.fault_allowed(1) {
-            if let Some(device) = self.pick_online_device() {
-                let member = self.map.iter().position(|&d| d == Some(device)).expect("attached");
-                self.stats.admin_fails += 1;
-                self.note(format!("admin fails member {member} (device {device})"));
-                self.engine().fail_member_admin(member);
-            }
+        if self.rng.chance(config.admin_fail_rate)
+            && self.fault_allowed(1)
+            && let Some(device) = self.pick_online_device()
+        {
+            let member = self
+                .map
+                .iter()
+                .position(|&d| d == Some(device))
+                .expect("attached");
+            self.stats.admin_fails += 1;
+            self.note(format!("admin fails member {member} (device {device})"));
+            self.engine().fail_member_admin(member);
         }
-        if self.rng.chance(config.latent_error_rate) {
-            if let Some(device) = self.pick_online_device() {
-                let extra = usize::from(self.devices[device].member.latent_errors.is_empty());
-                if self.fault_allowed(extra) {
-                    let superblock = self.engine.as_ref().expect("engine").superblock();
-                    let data_sectors = superblock.member_data_bytes / SECTOR_BYTES as u64;
-                    let sector = superblock.data_offset_bytes / SECTOR_BYTES as u64 + self.rng.below(data_sectors);
-                    self.devices[device].member.latent_errors.insert(sector);
-                    self.stats.latent_errors += 1;
-                    self.note(format!("latent error on device {device} sector {sector}"));
-                }
+        if self.rng.chance(config.latent_error_rate)
+            && let Some(device) = self.pick_online_device()
+        {
+            let extra = usize::from(self.devices[device].member.latent_errors.is_empty());
+            if self.fault_allowed(extra) {
+                let superblock = self.engine.as_ref().expect("engine").superblock();
+                let data_sectors = superblock.member_data_bytes / SECTOR_BYTES as u64;
+                let sector = superblock.data_offset_bytes / SECTOR_BYTES as u64
+                    + self.rng.below(data_sectors);
+                self.devices[device].member.latent_errors.insert(sector);
+                self.stats.latent_errors += 1;
+                self.note(format!("latent error on device {device} sector {sector}"));
             }
         }
         if self.rng.chance(config.bit_flip_rate) {
             let device = self.rng.below(self.devices.len() as u64) as usize;
             let copy = self.rng.below(2) as usize;
-            if !self.devices[device].retired && !self.devices[device].flipped.iter().any(|&f| f) {
+            // Within tolerance, the other copy must be intact (now and durably): one damaged
+            // copy is survivable, two make the device unreadable, which is a member loss.
+            let other_intact = {
+                let member = &self.devices[device].member;
+                let other = SUPERBLOCK_OFFSETS[1 - copy] as usize;
+                [member.contents(), member.durable_contents()]
+                    .iter()
+                    .all(|image| {
+                        tessera_raid::superblock::Superblock::decode(
+                            &image[other..other + SUPERBLOCK_BYTES],
+                        )
+                        .is_ok()
+                    })
+            };
+            if !self.devices[device].retired
+                && (other_intact || config.mode == FaultMode::BeyondTolerance)
+            {
                 let offset = SUPERBLOCK_OFFSETS[copy] + self.rng.below(SUPERBLOCK_BYTES as u64);
                 let bit = self.rng.below(8) as u8;
                 self.devices[device].member.flip_bit(offset, bit);
                 self.devices[device].flipped[copy] = true;
                 self.stats.bit_flips += 1;
-                self.note(format!("bit flip on device {device} superblock copy {copy}"));
+                self.note(format!(
+                    "bit flip on device {device} superblock copy {copy}"
+                ));
             }
         }
         Ok(())
@@ -549,7 +809,9 @@ impl World {
             .enumerate()
             .filter(|(_, m)| m.state == "online" && m.role.is_some())
             .filter_map(|(index, _)| self.map[index])
-            .filter(|&device| !self.devices[device].member.gone && !self.devices[device].member.failing_writes)
+            .filter(|&device| {
+                !self.devices[device].member.gone && !self.devices[device].member.failing_writes
+            })
             .collect();
         if candidates.is_empty() {
             return None;
@@ -565,8 +827,14 @@ impl World {
         let engine = self.engine.take().expect("engine running");
         let mut in_flight: Vec<Vec<(u64, Vec<u8>)>> = vec![Vec::new(); self.devices.len()];
         for scheduled in self.scheduled.values() {
-            let Scheduled::Member { command, device, .. } = scheduled;
-            if let MemberOp::Write { offset_bytes, buffer } = command.op {
+            let Scheduled::Member {
+                command, device, ..
+            } = scheduled;
+            if let MemberOp::Write {
+                offset_bytes,
+                buffer,
+            } = command.op
+            {
                 in_flight[*device].push((offset_bytes, engine.pool().bytes(buffer).to_vec()));
             }
         }
@@ -588,6 +856,7 @@ impl World {
     fn clean_restart(&mut self) -> Result<(), String> {
         self.stats.restarts += 1;
         self.note("clean restart".into());
+        self.restarting = true;
         self.engine().stop();
         let deadline = self.now_us + 60_000_000;
         while !self.engine.as_ref().expect("engine").is_stopped() {
@@ -596,14 +865,21 @@ impl World {
             }
             let before = (self.now_us, self.queue.len());
             self.step()?;
-            if (self.now_us, self.queue.len()) == before && self.queue.is_empty() && !self.engine.as_ref().expect("engine").is_stopped() {
+            if (self.now_us, self.queue.len()) == before
+                && self.queue.is_empty()
+                && !self.engine.as_ref().expect("engine").is_stopped()
+            {
                 return Err("liveness: clean stop stalled".into());
             }
         }
         if !self.in_flight.is_empty() {
-            return Err(format!("{} requests unanswered after a clean stop", self.in_flight.len()));
+            return Err(format!(
+                "{} requests unanswered after a clean stop",
+                self.in_flight.len()
+            ));
         }
         self.engine = None;
+        self.restarting = false;
         self.assemble(false)
     }
 
@@ -615,8 +891,15 @@ impl World {
             if device.retired || device.member.gone {
                 continue;
             }
-            let image = if after_crash { device.member.durable_contents() } else { device.member.contents() };
-            let copy = |i: usize| &image[SUPERBLOCK_OFFSETS[i] as usize..SUPERBLOCK_OFFSETS[i] as usize + SUPERBLOCK_BYTES];
+            let image = if after_crash {
+                device.member.durable_contents()
+            } else {
+                device.member.contents()
+            };
+            let copy = |i: usize| {
+                &image[SUPERBLOCK_OFFSETS[i] as usize
+                    ..SUPERBLOCK_OFFSETS[i] as usize + SUPERBLOCK_BYTES]
+            };
             match newest_copy(copy(0), copy(1)) {
                 Ok(superblock) if superblock.group_uuid == self.group_uuid => {
                     probes.push(DeviceProbe { superblock });
@@ -629,8 +912,20 @@ impl World {
         for line in notes {
             self.note(line);
         }
-        let (engine, mapping) =
-            Engine::assemble(probes, self.engine_config(), self.parity.clone()).map_err(|e| format!("assemble: {e}"))?;
+        if probes.is_empty() {
+            // Every device is gone (possible beyond tolerance): they come back.
+            assert_eq!(
+                self.config.mode,
+                FaultMode::BeyondTolerance,
+                "all devices lost in a must-survive run"
+            );
+            for device in &mut self.devices {
+                device.member.gone = false;
+            }
+            return self.assemble(after_crash);
+        }
+        let (engine, mapping) = Engine::assemble(probes, self.engine_config(), self.parity.clone())
+            .map_err(|e| format!("assemble: {e}"))?;
         let members = engine.superblock().members.len();
         self.map = vec![None; members.max(mapping.len())];
         for (probe, member) in mapping.into_iter().enumerate() {
@@ -643,8 +938,21 @@ impl World {
         }
         self.engine = Some(engine);
         let status = self.engine.as_ref().expect("engine").status();
-        self.note(format!("assembled: state {:?}, members {:?}", status.state, status.members.iter().map(|m| (m.role, m.state)).collect::<Vec<_>>()));
-        if status.members.iter().any(|m| m.state == "failed" || m.state == "missing") && self.repair_at.is_none() {
+        self.note(format!(
+            "assembled: state {:?}, members {:?}",
+            status.state,
+            status
+                .members
+                .iter()
+                .map(|m| (m.role, m.state))
+                .collect::<Vec<_>>()
+        ));
+        if status
+            .members
+            .iter()
+            .any(|m| m.state == "failed" || m.state == "missing")
+            && self.repair_at.is_none()
+        {
             self.repair_at = Some(self.now_us + self.rng.between(100, 5_000));
         }
         self.drain()
@@ -662,10 +970,19 @@ impl World {
             return Ok(());
         }
         let roles = self.geometry().members();
-        let Some(role) = (0..roles).find(|&role| !status.members.iter().any(|m| m.role == Some(role) && m.state == "online")) else {
+        let Some(role) = (0..roles).find(|&role| {
+            !status
+                .members
+                .iter()
+                .any(|m| m.role == Some(role) && m.state == "online")
+        }) else {
             return Ok(());
         };
-        let old = status.members.iter().position(|m| m.role == Some(role) && m.state != "online").and_then(|index| self.map.get(index).copied().flatten());
+        let old = status
+            .members
+            .iter()
+            .position(|m| m.role == Some(role) && m.state != "online")
+            .and_then(|index| self.map.get(index).copied().flatten());
         if let Some(device) = old
             && self.devices[device].member.gone
             && self.rng.chance(500_000)
@@ -676,14 +993,24 @@ impl World {
         }
         let size = self.config.member_bytes;
         let uuid = random_uuid(&mut self.rng);
-        self.devices.push(Device { member: SimMember::new(size), uuid, retired: false, flipped: [false; 2] });
+        self.devices.push(Device {
+            member: SimMember::new(size),
+            uuid,
+            retired: false,
+            flipped: [false; 2],
+        });
         let device = self.devices.len() - 1;
-        let member = self.engine().replace_member(role, uuid, size).map_err(|e| format!("replace: {e}"))?;
+        let member = self
+            .engine()
+            .replace_member(role, uuid, size)
+            .map_err(|e| format!("replace: {e}"))?;
         if member >= self.map.len() {
             self.map.resize(member + 1, None);
         }
         self.map[member] = Some(device);
-        self.note(format!("device {device} replaces role {role} as member {member}"));
+        self.note(format!(
+            "device {device} replaces role {role} as member {member}"
+        ));
         if let Some(device) = old {
             self.devices[device].retired = true;
         }
@@ -717,7 +1044,8 @@ impl World {
                 && !engine.has_background_work()
                 && self.queue.is_empty()
                 && self.repair_at.is_none();
-            let healthy = matches!(state, GroupState::Optimal) || self.config.mode == FaultMode::BeyondTolerance;
+            let healthy = matches!(state, GroupState::Optimal)
+                || self.config.mode == FaultMode::BeyondTolerance;
             if settled && (healthy || state == GroupState::Failed) {
                 if self.config.mode == FaultMode::MustSurvive && state != GroupState::Optimal {
                     return Err(format!("group ended {state} in a must-survive run"));
@@ -728,7 +1056,9 @@ impl World {
                 self.repair_at = Some(self.now_us + 1_000);
             }
             if self.now_us > deadline {
-                return Err(format!("liveness: not settled after 600 s of simulated time (state {state})"));
+                return Err(format!(
+                    "liveness: not settled after 600 s of simulated time (state {state})"
+                ));
             }
         }
     }
@@ -746,9 +1076,24 @@ impl World {
             let id = self.next_request_id;
             self.next_request_id += 1;
             let submit = self.model.now();
-            self.in_flight.insert(id, HostInFlight { kind: HostKind::Read { offset_bytes: offset, len_bytes: len }, submit });
+            self.in_flight.insert(
+                id,
+                HostInFlight {
+                    kind: HostKind::Read {
+                        offset_bytes: offset,
+                        len_bytes: len,
+                    },
+                    submit,
+                },
+            );
             self.update_oldest_read();
-            self.engine().submit(HostRequest { id, op: HostOp::Read { offset_bytes: offset, len_bytes: len } });
+            self.engine().submit(HostRequest {
+                id,
+                op: HostOp::Read {
+                    offset_bytes: offset,
+                    len_bytes: len,
+                },
+            });
             while self.in_flight.contains_key(&id) {
                 self.step()?;
             }
@@ -769,7 +1114,11 @@ impl World {
         let status = engine.status();
         let role_device: Vec<usize> = (0..geometry.members())
             .map(|role| {
-                let index = status.members.iter().position(|m| m.role == Some(role) && m.state == "online").expect("optimal group");
+                let index = status
+                    .members
+                    .iter()
+                    .position(|m| m.role == Some(role) && m.state == "online")
+                    .expect("optimal group");
                 self.map[index].expect("attached")
             })
             .collect();
@@ -786,7 +1135,9 @@ impl World {
                     Column::Parity(which) => geometry.parity_placement(stripe, which),
                 };
                 let start = (superblock.data_offset_bytes + placement.offset_bytes) as usize;
-                &self.devices[role_device[placement.member]].member.contents()[start..start + chunk]
+                &self.devices[role_device[placement.member]]
+                    .member
+                    .contents()[start..start + chunk]
             };
             for copy in 1..geometry.copies() {
                 if column(Column::Data(0), copy) != column(Column::Data(0), 0) {
@@ -794,7 +1145,9 @@ impl World {
                 }
             }
             if geometry.parity_chunks() > 0 {
-                let data: Vec<&[u8]> = (0..geometry.data_chunks()).map(|i| column(Column::Data(i), 0)).collect();
+                let data: Vec<&[u8]> = (0..geometry.data_chunks())
+                    .map(|i| column(Column::Data(i), 0))
+                    .collect();
                 let mut p = vec![0u8; chunk];
                 let mut q = vec![0u8; chunk];
                 tessera_parity::Naive.pq_gen(&data, &mut p, &mut q);
@@ -808,6 +1161,11 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// `TESSERA_SIM_WATCH=<sector>` traces every host request touching that sector.
+fn watched_sector() -> Option<u64> {
+    std::env::var("TESSERA_SIM_WATCH").ok()?.parse().ok()
 }
 
 fn random_uuid(rng: &mut Rng) -> Uuid {

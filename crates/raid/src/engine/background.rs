@@ -13,11 +13,18 @@ struct RebuildCursor {
     next_row: u64,
     /// Rows below this are rebuilt (the member's position is `done_below * chunk`).
     done_below: u64,
-    finished_rows: BTreeSet<u64>,
+    /// Rows passed over because their region was unwritten. They count as done only if the
+    /// region is still unwritten when the position reaches them; otherwise they are rebuilt.
+    skipped: BTreeSet<u64>,
+    /// Skipped rows whose region has been written since: rebuilt before anything new.
+    redo: Vec<u64>,
     in_flight: u32,
     rows: u64,
     last_checkpoint_bytes: u64,
     aborted: bool,
+    /// Every row is rebuilt; the member becomes active once this superblock generation (which
+    /// records the full position) is durable, so a crash cannot undo a finished rebuild.
+    finishing: Option<u64>,
 }
 
 struct ResyncCursor {
@@ -41,7 +48,12 @@ impl Background {
     pub(crate) fn start(&mut self, regions: Vec<u64>) {
         if !regions.is_empty() {
             let total = regions.len() as u64;
-            self.resync = Some(ResyncCursor { regions: regions.into(), current: None, current_skipped: false, total });
+            self.resync = Some(ResyncCursor {
+                regions: regions.into(),
+                current: None,
+                current_skipped: false,
+                total,
+            });
         }
     }
 
@@ -54,7 +66,9 @@ impl Background {
     }
 
     pub(crate) fn resync_regions_left(&self) -> u64 {
-        self.resync.as_ref().map_or(0, |cursor| cursor.regions.len() as u64 + u64::from(cursor.current.is_some()))
+        self.resync.as_ref().map_or(0, |cursor| {
+            cursor.regions.len() as u64 + u64::from(cursor.current.is_some())
+        })
     }
 
     pub(crate) fn member_failed(&mut self, member: usize) {
@@ -77,22 +91,53 @@ impl Engine {
     }
 
     fn pump_rebuild(&mut self) -> bool {
+        if self.members.group_state(&self.geometry) == super::GroupState::Failed {
+            // Nothing to rebuild from: the member stays where it is until the group is
+            // assembled again with enough members.
+            if let Some(cursor) = &mut self.background.rebuild
+                && !cursor.aborted
+            {
+                cursor.aborted = true;
+                return true;
+            }
+            if self
+                .background
+                .rebuild
+                .as_ref()
+                .is_some_and(|cursor| cursor.in_flight == 0)
+            {
+                self.background.rebuild = None;
+                self.members.ahead.rows.clear();
+                return true;
+            }
+            return false;
+        }
         if self.background.rebuild.is_none() {
-            let Some(member) = self.members.rebuilding() else { return false };
-            let MemberState::Rebuilding { position_bytes } = self.members.list[member].state else { unreachable!() };
-            let role = self.members.list[member].role.expect("a rebuilding member has a role");
+            let Some(member) = self.members.rebuilding() else {
+                return false;
+            };
+            let MemberState::Rebuilding { position_bytes } = self.members.list[member].state else {
+                unreachable!()
+            };
+            let role = self.members.list[member]
+                .role
+                .expect("a rebuilding member has a role");
             let chunk = self.geometry.chunk_bytes();
             let start = position_bytes / chunk;
+            assert!(self.members.ahead.rows.is_empty());
+            self.members.ahead.member = Some(member);
             self.background.rebuild = Some(RebuildCursor {
                 member,
                 role,
                 next_row: start,
                 done_below: start,
-                finished_rows: BTreeSet::new(),
+                skipped: BTreeSet::new(),
+                redo: Vec::new(),
                 in_flight: 0,
                 rows: self.geometry.member_rows(),
                 last_checkpoint_bytes: position_bytes,
                 aborted: false,
+                finishing: None,
             });
             self.emit_event(GroupEvent::RebuildStarted { member, role });
             return true;
@@ -103,34 +148,70 @@ impl Engine {
             if cursor.aborted {
                 if cursor.in_flight == 0 {
                     self.background.rebuild = None;
+                    self.members.ahead.rows.clear();
                     return true;
                 }
                 return progressed;
             }
             if cursor.done_below == cursor.rows && cursor.in_flight == 0 {
-                self.finish_rebuild();
-                return true;
+                match cursor.finishing {
+                    None => {
+                        let generation = self.request_superblock_update();
+                        self.background
+                            .rebuild
+                            .as_mut()
+                            .expect("rebuild cursor")
+                            .finishing = Some(generation);
+                        return true;
+                    }
+                    Some(generation) if generation <= self.meta.durable_generation => {
+                        self.finish_rebuild();
+                        return true;
+                    }
+                    Some(_) => return progressed,
+                }
             }
-            if cursor.in_flight as usize >= self.config.rebuild_window || cursor.next_row >= cursor.rows {
+            if cursor.in_flight as usize >= self.config.rebuild_window {
                 return progressed;
             }
-            let (row, role, member) = (cursor.next_row, cursor.role, cursor.member);
-            cursor.next_row += 1;
+            let (row, redo) = match cursor.redo.pop() {
+                Some(row) => (row, true),
+                None if cursor.next_row < cursor.rows => {
+                    cursor.next_row += 1;
+                    (cursor.next_row - 1, false)
+                }
+                None => return progressed,
+            };
+            let (role, member) = (cursor.role, cursor.member);
             progressed = true;
             let Some((stripe, column)) = self.geometry.column_at(role, row) else {
-                self.rebuild_row_done(row);
+                self.rebuild_row_done(row, false);
                 continue;
             };
             let region = self.regions.region_of_stripe(stripe, &self.geometry);
-            if self.regions.is_unwritten(region) {
+            if !redo && self.regions.is_unwritten(region) {
                 // Never written (or trimmed): reads are zeroes without touching the member, and a
-                // first write zero-fills the whole region, this member included.
-                self.rebuild_row_done(row);
+                // first write zero-fills the region on every member in sync.
+                self.rebuild_row_done(row, true);
                 continue;
             }
-            let target_offset_bytes = self.superblock.data_offset_bytes + row * self.geometry.chunk_bytes();
-            let op = StripeOp::new(stripe, region, Kind::Rebuild { target: member, column, row, target_offset_bytes });
-            self.background.rebuild.as_mut().expect("rebuild cursor").in_flight += 1;
+            let target_offset_bytes =
+                self.superblock.data_offset_bytes + row * self.geometry.chunk_bytes();
+            let op = StripeOp::new(
+                stripe,
+                region,
+                Kind::Rebuild {
+                    target: member,
+                    column,
+                    row,
+                    target_offset_bytes,
+                },
+            );
+            self.background
+                .rebuild
+                .as_mut()
+                .expect("rebuild cursor")
+                .in_flight += 1;
             let id = self.ops.insert(op);
             if self.locks.acquire(stripe, id) {
                 self.ops.get_mut(id).expect("new op").stage = Stage::Gate;
@@ -141,22 +222,49 @@ impl Engine {
 
     /// A rebuild op for `row` of the target finished.
     pub(super) fn rebuild_step_done(&mut self, row: u64) {
+        let failed = self.members.group_state(&self.geometry) == super::GroupState::Failed;
         let cursor = self.background.rebuild.as_mut().expect("rebuild cursor");
         cursor.in_flight -= 1;
+        // A step that ended because the group failed rebuilt nothing and recorded nothing.
+        cursor.aborted |= failed;
         if cursor.aborted {
             return;
         }
         self.counters.rebuilt_bytes += self.geometry.chunk_bytes();
-        self.rebuild_row_done(row);
+        self.rebuild_row_done(row, false);
     }
 
-    fn rebuild_row_done(&mut self, row: u64) {
+    /// A row is rebuilt (or `skipped`); moves the contiguous position forward as far as it can.
+    fn rebuild_row_done(&mut self, row: u64, skipped: bool) {
         let chunk = self.geometry.chunk_bytes();
         let checkpoint_every = self.config.rebuild_checkpoint_bytes;
         let cursor = self.background.rebuild.as_mut().expect("rebuild cursor");
-        cursor.finished_rows.insert(row);
-        while cursor.finished_rows.remove(&cursor.done_below) {
-            cursor.done_below += 1;
+        if skipped {
+            cursor.skipped.insert(row);
+        } else {
+            self.members.ahead.rows.insert(row);
+        }
+        loop {
+            let next = cursor.done_below;
+            if self.members.ahead.rows.remove(&next) {
+                cursor.done_below += 1;
+            } else if cursor.skipped.remove(&next) {
+                let still_unwritten =
+                    self.geometry
+                        .column_at(cursor.role, next)
+                        .is_none_or(|(stripe, _)| {
+                            self.regions
+                                .is_unwritten(self.regions.region_of_stripe(stripe, &self.geometry))
+                        });
+                if still_unwritten {
+                    cursor.done_below += 1;
+                } else {
+                    cursor.redo.push(next);
+                    break;
+                }
+            } else {
+                break;
+            }
         }
         let position_bytes = cursor.done_below * chunk;
         let member = cursor.member;
@@ -172,12 +280,17 @@ impl Engine {
 
     fn finish_rebuild(&mut self) {
         let cursor = self.background.rebuild.take().expect("rebuild cursor");
+        assert!(cursor.skipped.is_empty() && cursor.redo.is_empty());
+        self.members.ahead.rows.clear();
         let replacing = self.members.list[cursor.member].replacing;
         if replacing {
             // The member it replaced leaves the group.
             for index in 0..self.members.list.len() {
                 let other = &mut self.members.list[index];
-                if index != cursor.member && other.role == Some(cursor.role) && other.state == MemberState::Active {
+                if index != cursor.member
+                    && other.role == Some(cursor.role)
+                    && other.state == MemberState::Active
+                {
                     other.state = MemberState::Failed(super::FailReason::Admin);
                     other.role = None;
                 }
@@ -187,7 +300,10 @@ impl Engine {
         member.state = MemberState::Active;
         member.replacing = false;
         self.request_superblock_update();
-        self.emit_event(GroupEvent::RebuildFinished { member: cursor.member, role: cursor.role });
+        self.emit_event(GroupEvent::RebuildFinished {
+            member: cursor.member,
+            role: cursor.role,
+        });
         // Stripes a degraded resync had to skip can be resynced now.
         if self.background.resync.is_none() {
             let unsynced = self.regions.unsynced_regions();
@@ -198,7 +314,9 @@ impl Engine {
     fn pump_resync(&mut self) -> bool {
         let mut progressed = false;
         loop {
-            let Some(cursor) = self.background.resync.as_mut() else { return progressed };
+            let Some(cursor) = self.background.resync.as_mut() else {
+                return progressed;
+            };
             let Some((region, next, end, in_flight)) = cursor.current else {
                 match cursor.regions.pop_front() {
                     Some(region) => {

@@ -55,7 +55,13 @@ impl Engine {
     }
 
     /// Recovers lost data chunks: `data[i]` holds chunk `i` (read) or receives it (lost).
-    pub(super) fn recover_data(&mut self, recovery: Recovery, data: &[BufferSlice], p: Option<BufferSlice>, q: Option<BufferSlice>) {
+    pub(super) fn recover_data(
+        &mut self,
+        recovery: Recovery,
+        data: &[BufferSlice],
+        p: Option<BufferSlice>,
+        q: Option<BufferSlice>,
+    ) {
         let kernel = self.parity.clone();
         let mut access = self.pool.access();
         let lost: &[usize] = match &recovery {

@@ -5,7 +5,10 @@
 //! handed to a stripe recovery operation.
 
 use super::stripe::{Fragment, Kind, Stage, StripeOp};
-use super::{Engine, GroupState, HostError, HostOp, HostRequest, Key, MemberError, MemberOp, Owner, Phase, Request};
+use super::{
+    Engine, GroupState, HostError, HostOp, HostRequest, Key, MemberError, MemberOp, Owner, Phase,
+    Request,
+};
 use crate::geometry::SECTOR_BYTES;
 use crate::plan::ChunkRange;
 use tessera_buffer::BufferSlice;
@@ -27,13 +30,16 @@ impl Engine {
     /// Starts a host request; false if it must wait for buffer space (it is then queued again
     /// at the front).
     pub(super) fn admit(&mut self, request: HostRequest) -> bool {
-        assert_eq!(self.phase, Phase::Running);
+        assert_ne!(self.phase, Phase::Starting);
         if self.members.group_state(&self.geometry) == GroupState::Failed {
             self.reject(request, HostError::Io);
             return true;
         }
         match request.op {
-            HostOp::Read { offset_bytes, len_bytes } => {
+            HostOp::Read {
+                offset_bytes,
+                len_bytes,
+            } => {
                 if !self.in_range(offset_bytes, len_bytes) {
                     self.reject(request, HostError::OutOfRange);
                     return true;
@@ -52,7 +58,11 @@ impl Engine {
                 self.counters.host_read_bytes += len_bytes;
                 self.start_read(request.id, offset_bytes, len_bytes, buffer);
             }
-            HostOp::Write { offset_bytes, buffer, fua } => {
+            HostOp::Write {
+                offset_bytes,
+                buffer,
+                fua,
+            } => {
                 let len_bytes = self.pool.len(buffer) as u64;
                 if !self.in_range(offset_bytes, len_bytes) {
                     self.reject(request, HostError::OutOfRange);
@@ -70,7 +80,10 @@ impl Engine {
                 let key = self.new_request(request.id, None, None, true, false);
                 self.start_flush(Some(key), None);
             }
-            HostOp::Trim { offset_bytes, len_bytes } => {
+            HostOp::Trim {
+                offset_bytes,
+                len_bytes,
+            } => {
                 if !self.in_range(offset_bytes, len_bytes) {
                     self.reject(request, HostError::OutOfRange);
                     return true;
@@ -81,21 +94,36 @@ impl Engine {
                 }
                 self.finish_part(key, Ok(()));
             }
-            HostOp::WriteZeroes { offset_bytes, len_bytes, may_deallocate, fast_only, fua } => {
+            HostOp::WriteZeroes {
+                offset_bytes,
+                len_bytes,
+                may_deallocate,
+                fast_only,
+                fua,
+            } => {
                 if !self.in_range(offset_bytes, len_bytes) {
                     self.reject(request, HostError::OutOfRange);
                     return true;
                 }
-                self.write_zeroes(request.id, offset_bytes, len_bytes, may_deallocate, fast_only, fua);
+                self.write_zeroes(
+                    request.id,
+                    offset_bytes,
+                    len_bytes,
+                    may_deallocate,
+                    fast_only,
+                    fua,
+                );
             }
         }
         true
     }
 
     fn in_range(&self, offset_bytes: u64, len_bytes: u64) -> bool {
-        offset_bytes % SECTOR_BYTES == 0
-            && len_bytes % SECTOR_BYTES == 0
-            && offset_bytes.checked_add(len_bytes).is_some_and(|end| end <= self.geometry.data_bytes())
+        offset_bytes.is_multiple_of(SECTOR_BYTES)
+            && len_bytes.is_multiple_of(SECTOR_BYTES)
+            && offset_bytes
+                .checked_add(len_bytes)
+                .is_some_and(|end| end <= self.geometry.data_bytes())
     }
 
     fn new_request(
@@ -117,6 +145,7 @@ impl Engine {
             waits_for_metadata,
             fua_members: 0,
             fua,
+            fua_bitmap: false,
         })
     }
 
@@ -128,10 +157,19 @@ impl Engine {
         first..end.max(first)
     }
 
-    fn write_zeroes(&mut self, id: u64, offset_bytes: u64, len_bytes: u64, may_deallocate: bool, fast_only: bool, fua: bool) {
+    fn write_zeroes(
+        &mut self,
+        id: u64,
+        offset_bytes: u64,
+        len_bytes: u64,
+        may_deallocate: bool,
+        fast_only: bool,
+        fua: bool,
+    ) {
         let region_bytes = self.regions.region_bytes();
         let whole = self.whole_regions(offset_bytes, len_bytes);
-        let droppable = |engine: &Engine, region: u64| may_deallocate && engine.regions.can_drop(region);
+        let droppable =
+            |engine: &Engine, region: u64| may_deallocate && engine.regions.can_drop(region);
         // The byte ranges that need zeroes written rather than a region dropped.
         let mut explicit: Vec<(u64, u64)> = Vec::new();
         let mut cursor = offset_bytes;
@@ -146,13 +184,17 @@ impl Engine {
             cursor = region_end;
         }
         if fast_only && !explicit.is_empty() {
-            self.out.push_back(super::Command::Reply(super::Reply { id, result: Err(HostError::NotFast) }));
+            self.out.push_back(super::Command::Reply(super::Reply {
+                id,
+                result: Err(HostError::NotFast),
+            }));
             return;
         }
         let key = self.new_request(id, None, None, true, fua);
         for region in whole {
             if droppable(self, region) {
                 self.regions.drop_region(region);
+                self.requests.get_mut(key).expect("request").fua_bitmap = true;
             }
         }
         for (offset, len) in explicit {
@@ -175,7 +217,12 @@ impl Engine {
                 let (_, index, within) = self.geometry.locate(at);
                 let len = (chunk - within).min(stripe_end - at);
                 let buffer = BufferSlice::new(self.zero_buffer, 0, len as usize);
-                fragments.push(Fragment { request, index, range: ChunkRange::new(within, within + len), buffer });
+                fragments.push(Fragment {
+                    request,
+                    index,
+                    range: ChunkRange::new(within, within + len),
+                    buffer,
+                });
                 at += len;
             }
             self.enqueue_write(stripe, fragments, false);
@@ -184,7 +231,13 @@ impl Engine {
     }
 
     /// Splits a host write into per-stripe fragments and queues them.
-    fn split_write(&mut self, request: Key, offset_bytes: u64, buffer: BufferSlice, sequential: bool) {
+    fn split_write(
+        &mut self,
+        request: Key,
+        offset_bytes: u64,
+        buffer: BufferSlice,
+        sequential: bool,
+    ) {
         let chunk = self.geometry.chunk_bytes();
         let end = offset_bytes + buffer.len() as u64;
         let mut cursor = offset_bytes;
@@ -197,7 +250,12 @@ impl Engine {
                 let (_, index, within) = self.geometry.locate(at);
                 let len = (chunk - within).min(stripe_end - at);
                 let slice = buffer.sub((at - offset_bytes) as usize, len as usize);
-                fragments.push(Fragment { request, index, range: ChunkRange::new(within, within + len), buffer: slice });
+                fragments.push(Fragment {
+                    request,
+                    index,
+                    range: ChunkRange::new(within, within + len),
+                    buffer: slice,
+                });
                 at += len;
             }
             self.enqueue_write(stripe, fragments, sequential);
@@ -207,19 +265,29 @@ impl Engine {
 
     /// Adds a stripe's fragments to the last queued write of that stripe when they fit
     /// (coalescing), or queues a new stripe write.
-    pub(super) fn enqueue_write(&mut self, stripe: u64, fragments: Vec<Fragment>, sequential: bool) {
+    pub(super) fn enqueue_write(
+        &mut self,
+        stripe: u64,
+        fragments: Vec<Fragment>,
+        sequential: bool,
+    ) {
         for fragment in &fragments {
-            self.requests.get_mut(fragment.request).expect("request in flight").parts_pending += 1;
+            self.requests
+                .get_mut(fragment.request)
+                .expect("request in flight")
+                .parts_pending += 1;
         }
-        let candidate = self
-            .locks
-            .last_waiting(stripe)
-            .or_else(|| self.locks.holder(stripe).filter(|&op| self.ops.get(op).is_some_and(StripeOp::is_gathering)));
+        let candidate = self.locks.last_waiting(stripe).or_else(|| {
+            self.locks
+                .holder(stripe)
+                .filter(|&op| self.ops.get(op).is_some_and(StripeOp::is_gathering))
+        });
         if let Some(op_id) = candidate {
             let op = self.ops.get_mut(op_id).expect("queued op is live");
             if op.try_merge(&fragments) {
                 self.counters.coalesced_writes += 1;
-                let full = op.covers_full_stripe(self.geometry.data_chunks(), self.geometry.chunk_bytes());
+                let full =
+                    op.covers_full_stripe(self.geometry.data_chunks(), self.geometry.chunk_bytes());
                 if full && op.is_gathering() {
                     op.stage = Stage::Gate;
                     self.ready.push_back(op_id);
@@ -233,8 +301,14 @@ impl Engine {
         let op_id = self.ops.insert(op);
         if self.locks.acquire(stripe, op_id) {
             let op = self.ops.get_mut(op_id).expect("new op is live");
-            if sequential && !full && self.config.coalesce_window_us > 0 && self.geometry.parity_chunks() > 0 {
-                op.stage = Stage::Gathering { until_us: self.now_us + self.config.coalesce_window_us };
+            if sequential
+                && !full
+                && self.config.coalesce_window_us > 0
+                && self.geometry.parity_chunks() > 0
+            {
+                op.stage = Stage::Gathering {
+                    until_us: self.now_us + self.config.coalesce_window_us,
+                };
             } else {
                 op.stage = Stage::Gate;
                 self.ready.push_back(op_id);
@@ -243,7 +317,13 @@ impl Engine {
     }
 
     /// Starts the pieces of a read.
-    fn start_read(&mut self, id: u64, offset_bytes: u64, len_bytes: u64, buffer: tessera_buffer::BufferId) {
+    fn start_read(
+        &mut self,
+        id: u64,
+        offset_bytes: u64,
+        len_bytes: u64,
+        buffer: tessera_buffer::BufferId,
+    ) {
         let key = self.new_request(id, Some(buffer), None, false, false);
         let chunk = self.geometry.chunk_bytes();
         let end = offset_bytes + len_bytes;
@@ -260,7 +340,10 @@ impl Engine {
                 buffer_offset_bytes: cursor - offset_bytes,
                 region,
             };
-            self.requests.get_mut(key).expect("request in flight").parts_pending += 1;
+            self.requests
+                .get_mut(key)
+                .expect("request in flight")
+                .parts_pending += 1;
             self.route_read_piece(key, piece, cursor);
             cursor += len;
         }
@@ -272,18 +355,37 @@ impl Engine {
             self.finish_part(request, Err(HostError::Io));
             return;
         }
-        let buffer = self.requests.get(request).and_then(|r| r.read_buffer).expect("read request has a buffer");
+        let buffer = self
+            .requests
+            .get(request)
+            .and_then(|r| r.read_buffer)
+            .expect("read request has a buffer");
         if !self.regions.is_written(piece.region) {
-            self.pool.bytes_mut(self.slice(buffer, piece.buffer_offset_bytes, piece.len_bytes)).fill(0);
+            self.pool
+                .bytes_mut(self.slice(buffer, piece.buffer_offset_bytes, piece.len_bytes))
+                .fill(0);
             self.finish_part(request, Ok(()));
             return;
         }
         let primary_only = self.geometry.copies() > 1 && self.regions.is_unsynced(piece.region);
-        match self.data_reader(piece.stripe, piece.index, piece.within_bytes, primary_only, 0) {
+        match self.data_reader(
+            piece.stripe,
+            piece.index,
+            piece.within_bytes,
+            primary_only,
+            0,
+        ) {
             Some((member, offset_bytes)) => {
                 self.regions.enter(piece.region);
                 let slice = self.slice(buffer, piece.buffer_offset_bytes, piece.len_bytes);
-                self.issue(member, MemberOp::Read { offset_bytes, buffer: slice }, Owner::HostRead { request, piece });
+                self.issue(
+                    member,
+                    MemberOp::Read {
+                        offset_bytes,
+                        buffer: slice,
+                    },
+                    Owner::HostRead { request, piece },
+                );
             }
             None => {
                 self.counters.degraded_reads += 1;
@@ -292,12 +394,19 @@ impl Engine {
         }
     }
 
-    pub(super) fn host_read_done(&mut self, request: Key, piece: ReadPiece, member: usize, result: Result<(), MemberError>) {
+    pub(super) fn host_read_done(
+        &mut self,
+        request: Key,
+        piece: ReadPiece,
+        member: usize,
+        result: Result<(), MemberError>,
+    ) {
         self.regions.leave(piece.region, self.now_us, None);
         match result {
             Ok(()) => self.finish_part(request, Ok(())),
             Err(error) => {
-                let repair = (error == MemberError::Io && !self.members.list[member].is_failed()).then_some(member);
+                let repair = (error == MemberError::Io && !self.members.list[member].is_failed())
+                    .then_some(member);
                 self.recover_piece(request, piece, repair);
             }
         }
@@ -305,7 +414,11 @@ impl Engine {
 
     /// Hands a read piece to a stripe recovery operation (merging with one already queued).
     fn recover_piece(&mut self, request: Key, piece: ReadPiece, repair_member: Option<usize>) {
-        let buffer = self.requests.get(request).and_then(|r| r.read_buffer).expect("read request has a buffer");
+        let buffer = self
+            .requests
+            .get(request)
+            .and_then(|r| r.read_buffer)
+            .expect("read request has a buffer");
         let target = self.slice(buffer, piece.buffer_offset_bytes, piece.len_bytes);
         if let Some(op_id) = self.locks.last_waiting(piece.stripe) {
             let op = self.ops.get_mut(op_id).expect("queued op is live");
@@ -313,7 +426,11 @@ impl Engine {
                 return;
             }
         }
-        let op = StripeOp::new(piece.stripe, piece.region, Kind::recover(request, piece, target, repair_member));
+        let op = StripeOp::new(
+            piece.stripe,
+            piece.region,
+            Kind::recover(request, piece, target, repair_member),
+        );
         let op_id = self.ops.insert(op);
         if self.locks.acquire(piece.stripe, op_id) {
             self.ops.get_mut(op_id).expect("new op is live").stage = Stage::Gate;

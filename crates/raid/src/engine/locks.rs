@@ -28,21 +28,17 @@ impl StripeLocks {
         }
     }
 
-    /// Grants the lock to the first queued op if the lock is free; returns it.
-    pub(crate) fn grant_next(&mut self, stripe: u64) -> Option<OpId> {
-        let entry = self.stripes.get_mut(&stripe)?;
-        if entry.holder.is_some() {
-            return None;
-        }
-        let next = entry.queue.pop_front()?;
-        entry.holder = Some(next);
-        Some(next)
-    }
-
     /// Releases the lock held by `op`; returns the op that now holds it, if any.
     pub(crate) fn release(&mut self, stripe: u64, op: OpId) -> Option<OpId> {
-        let entry = self.stripes.get_mut(&stripe).expect("releasing a held stripe lock");
-        assert_eq!(entry.holder, Some(op), "stripe {stripe} released by a non-holder");
+        let entry = self
+            .stripes
+            .get_mut(&stripe)
+            .expect("releasing a held stripe lock");
+        assert_eq!(
+            entry.holder,
+            Some(op),
+            "stripe {stripe} released by a non-holder"
+        );
         entry.holder = None;
         let next = entry.queue.pop_front();
         entry.holder = next;
@@ -59,19 +55,5 @@ impl StripeLocks {
 
     pub(crate) fn holder(&self, stripe: u64) -> Option<OpId> {
         self.stripes.get(&stripe)?.holder
-    }
-
-    /// Removes a queued (not holding) op, e.g. one that finished without ever needing the lock.
-    pub(crate) fn forget_waiting(&mut self, stripe: u64, op: OpId) {
-        if let Some(entry) = self.stripes.get_mut(&stripe) {
-            entry.queue.retain(|&queued| queued != op);
-            if entry.holder.is_none() && entry.queue.is_empty() {
-                self.stripes.remove(&stripe);
-            }
-        }
-    }
-
-    pub(crate) fn is_idle(&self) -> bool {
-        self.stripes.is_empty()
     }
 }

@@ -21,7 +21,9 @@ pub(crate) struct Member {
 pub(crate) enum MemberState {
     Active,
     /// In sync below `position_bytes` of its data area.
-    Rebuilding { position_bytes: u64 },
+    Rebuilding {
+        position_bytes: u64,
+    },
     Failed(FailReason),
     Spare,
 }
@@ -31,9 +33,9 @@ impl Member {
         let state = match record.state {
             _ if !present => MemberState::Failed(FailReason::Missing),
             MemberRecordState::Active => MemberState::Active,
-            MemberRecordState::Rebuilding => {
-                MemberState::Rebuilding { position_bytes: record.rebuild_position_bytes }
-            }
+            MemberRecordState::Rebuilding => MemberState::Rebuilding {
+                position_bytes: record.rebuild_position_bytes,
+            },
             MemberRecordState::Failed => MemberState::Failed(FailReason::Missing),
             MemberRecordState::Spare => MemberState::Spare,
         };
@@ -50,14 +52,18 @@ impl Member {
     pub(crate) fn record(&self) -> MemberRecord {
         let (state, rebuild_position_bytes) = match self.state {
             MemberState::Active => (MemberRecordState::Active, 0),
-            MemberState::Rebuilding { position_bytes } => (MemberRecordState::Rebuilding, position_bytes),
+            MemberState::Rebuilding { position_bytes } => {
+                (MemberRecordState::Rebuilding, position_bytes)
+            }
             MemberState::Failed(_) => (MemberRecordState::Failed, 0),
             MemberState::Spare => (MemberRecordState::Spare, 0),
         };
         MemberRecord {
             uuid: self.uuid,
             size_bytes: self.size_bytes,
-            role: self.role.map(|role| u8::try_from(role).expect("role fits u8")),
+            role: self
+                .role
+                .map(|role| u8::try_from(role).expect("role fits u8")),
             state,
             rebuild_position_bytes,
             replacing: self.replacing,
@@ -78,19 +84,35 @@ impl Member {
         !self.is_failed()
     }
 
-    /// Whether its data at member offset `offset_bytes` is in sync.
-    fn in_sync_at(&self, offset_bytes: u64) -> bool {
+    /// Whether its data at member offset `offset_bytes` is in sync, given the chunk rows a
+    /// rebuild finished ahead of its position.
+    fn in_sync_at(&self, index: usize, offset_bytes: u64, ahead: &RebuiltAhead) -> bool {
         match self.state {
             MemberState::Active => true,
-            MemberState::Rebuilding { position_bytes } => offset_bytes < position_bytes,
+            MemberState::Rebuilding { position_bytes } => {
+                offset_bytes < position_bytes
+                    || (ahead.member == Some(index)
+                        && ahead.rows.contains(&(offset_bytes / ahead.chunk_bytes)))
+            }
             MemberState::Failed(_) | MemberState::Spare => false,
         }
     }
 }
 
+/// Chunk rows of the rebuilding member that are rebuilt but lie above its contiguous
+/// position (rebuild runs several rows at once, so they finish out of order).
+#[derive(Default)]
+pub(crate) struct RebuiltAhead {
+    /// The member being rebuilt (other rebuilding members wait their turn at their position).
+    pub member: Option<usize>,
+    pub chunk_bytes: u64,
+    pub rows: std::collections::BTreeSet<u64>,
+}
+
 /// The member table with the queries the I/O paths need.
 pub(crate) struct Members {
     pub list: Vec<Member>,
+    pub ahead: RebuiltAhead,
 }
 
 impl Members {
@@ -99,7 +121,7 @@ impl Members {
     pub(crate) fn reader(&self, role: usize, offset_bytes: u64) -> Option<usize> {
         let mut fallback = None;
         for (index, member) in self.list.iter().enumerate() {
-            if member.role != Some(role) || !member.in_sync_at(offset_bytes) {
+            if member.role != Some(role) || !member.in_sync_at(index, offset_bytes, &self.ahead) {
                 continue;
             }
             if member.state == MemberState::Active {
@@ -112,17 +134,25 @@ impl Members {
 
     /// Every member that must receive a write of `role`'s chunk at `offset_bytes`: the active
     /// holder and a member being rebuilt into the role below its position.
-    pub(crate) fn writers(&self, role: usize, offset_bytes: u64) -> impl Iterator<Item = usize> + '_ {
+    pub(crate) fn writers(
+        &self,
+        role: usize,
+        offset_bytes: u64,
+    ) -> impl Iterator<Item = usize> + '_ {
         self.list
             .iter()
             .enumerate()
-            .filter(move |(_, member)| member.role == Some(role) && member.in_sync_at(offset_bytes))
+            .filter(move |(index, member)| {
+                member.role == Some(role) && member.in_sync_at(*index, offset_bytes, &self.ahead)
+            })
             .map(|(index, _)| index)
     }
 
     /// Whether some member holds `role` actively.
     pub(crate) fn role_active(&self, role: usize) -> bool {
-        self.list.iter().any(|member| member.role == Some(role) && member.state == MemberState::Active)
+        self.list
+            .iter()
+            .any(|member| member.role == Some(role) && member.state == MemberState::Active)
     }
 
     /// Roles without an active member.
@@ -132,21 +162,28 @@ impl Members {
 
     /// Members carrying metadata (superblock and bitmap copies).
     pub(crate) fn metadata_members(&self) -> Vec<usize> {
-        (0..self.list.len()).filter(|&index| self.list[index].carries_metadata()).collect()
+        (0..self.list.len())
+            .filter(|&index| self.list[index].carries_metadata())
+            .collect()
     }
 
     /// Members holding data that flushes must reach.
     pub(crate) fn data_members(&self) -> Vec<usize> {
         (0..self.list.len())
             .filter(|&index| {
-                matches!(self.list[index].state, MemberState::Active | MemberState::Rebuilding { .. })
+                matches!(
+                    self.list[index].state,
+                    MemberState::Active | MemberState::Rebuilding { .. }
+                )
             })
             .collect()
     }
 
     /// The rebuilding member, if one is being rebuilt.
     pub(crate) fn rebuilding(&self) -> Option<usize> {
-        self.list.iter().position(|member| matches!(member.state, MemberState::Rebuilding { .. }))
+        self.list
+            .iter()
+            .position(|member| matches!(member.state, MemberState::Rebuilding { .. }))
     }
 
     /// The state operators see, from member health alone (resync is layered on top).

@@ -5,12 +5,14 @@ use super::locks::StripeLocks;
 use super::members::{Member, MemberState, Members};
 use super::regions::Regions;
 use super::slab::Slab;
-use super::{Engine, EngineConfig, GroupEvent, GroupState, MemberOp, Owner, Phase, ZERO_BUFFER_BYTES};
+use super::{
+    Engine, EngineConfig, GroupEvent, GroupState, MemberOp, Owner, Phase, ZERO_BUFFER_BYTES,
+};
 use crate::geometry::{GeometryError, Level};
 use crate::layout::member_layout;
 use crate::superblock::{
-    JournalMode, MemberRecord, MemberRecordState, Superblock, Uuid, MAX_CONFIG_BYTES, MAX_NAME_BYTES,
-    SUPERBLOCK_OFFSETS,
+    JournalMode, MAX_CONFIG_BYTES, MAX_NAME_BYTES, MemberRecord, MemberRecordState,
+    SUPERBLOCK_OFFSETS, Superblock, Uuid,
 };
 use std::collections::VecDeque;
 use std::fmt;
@@ -64,7 +66,10 @@ impl fmt::Display for AssembleError {
         match self {
             AssembleError::NoDevices => write!(f, "no member devices given"),
             AssembleError::MixedGroups { first, other } => {
-                write!(f, "devices belong to different drive groups ({first} and {other})")
+                write!(
+                    f,
+                    "devices belong to different drive groups ({first} and {other})"
+                )
             }
             AssembleError::Geometry(error) => write!(f, "{error}"),
             AssembleError::TooLarge(what) => write!(f, "{what} is too large for the superblock"),
@@ -87,12 +92,23 @@ pub(crate) struct MetaWriter {
     writing: Option<SuperblockWrite>,
 }
 
+/// A superblock update: flush the members (so whatever the new superblock vouches for, such
+/// as a rebuild position, is durable before it), then copy A, flush, copy B, flush.
 struct SuperblockWrite {
     generation: u64,
-    copy: usize,
-    flushing: bool,
+    /// The state being recorded, taken before the first flush: a rebuild position must not
+    /// get ahead of what that flush made durable.
+    snapshot: Superblock,
+    stage: SuperblockStage,
     pending: u32,
     buffers: Vec<BufferId>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SuperblockStage {
+    PreFlush,
+    Write(usize),
+    Flush(usize),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,7 +142,11 @@ impl Engine {
     /// A new group over blank members. The engine first writes the bitmap and superblocks
     /// (requests submitted meanwhile wait), then serves I/O at once: regions are zero-filled
     /// on first write, never up front.
-    pub fn create(spec: CreateSpec, config: EngineConfig, parity: Arc<dyn Kernel>) -> Result<Engine, AssembleError> {
+    pub fn create(
+        spec: CreateSpec,
+        config: EngineConfig,
+        parity: Arc<dyn Kernel>,
+    ) -> Result<Engine, AssembleError> {
         if spec.name.len() > MAX_NAME_BYTES {
             return Err(AssembleError::TooLarge("group name"));
         }
@@ -138,9 +158,21 @@ impl Engine {
                 return Err(AssembleError::DuplicateMember(*uuid));
             }
         }
-        let smallest = spec.members.iter().map(|(_, size)| *size).min().unwrap_or(0);
-        let layout = member_layout(spec.level, spec.members.len(), spec.chunk_bytes, smallest, spec.region_bytes, spec.journal_bytes)
-            .map_err(AssembleError::Geometry)?;
+        let smallest = spec
+            .members
+            .iter()
+            .map(|(_, size)| *size)
+            .min()
+            .unwrap_or(0);
+        let layout = member_layout(
+            spec.level,
+            spec.members.len(),
+            spec.chunk_bytes,
+            smallest,
+            spec.region_bytes,
+            spec.journal_bytes,
+        )
+        .map_err(AssembleError::Geometry)?;
         let records: Vec<MemberRecord> = spec
             .members
             .iter()
@@ -178,7 +210,10 @@ impl Engine {
             config: spec.config,
         };
         let mut engine = Engine::from_superblock(superblock, &[], config, parity)?;
-        engine.startup.steps.extend([StartStep::FormatBitmap, StartStep::WriteSuperblock]);
+        engine
+            .startup
+            .steps
+            .extend([StartStep::FormatBitmap, StartStep::WriteSuperblock]);
         engine.request_superblock_update();
         engine.pump();
         Ok(engine)
@@ -188,9 +223,21 @@ impl Engine {
     /// index it was given (`None` for a device the group does not list). Members the
     /// authoritative superblock lists but that are absent are failed (and recorded so); a
     /// device the group had failed comes back as a rebuild target for its role.
-    pub fn assemble(probes: Vec<DeviceProbe>, config: EngineConfig, parity: Arc<dyn Kernel>) -> Result<(Engine, Vec<Option<usize>>), AssembleError> {
-        let first = probes.first().ok_or(AssembleError::NoDevices)?.superblock.group_uuid;
-        if let Some(other) = probes.iter().map(|p| p.superblock.group_uuid).find(|&uuid| uuid != first) {
+    pub fn assemble(
+        probes: Vec<DeviceProbe>,
+        config: EngineConfig,
+        parity: Arc<dyn Kernel>,
+    ) -> Result<(Engine, Vec<Option<usize>>), AssembleError> {
+        let first = probes
+            .first()
+            .ok_or(AssembleError::NoDevices)?
+            .superblock
+            .group_uuid;
+        if let Some(other) = probes
+            .iter()
+            .map(|p| p.superblock.group_uuid)
+            .find(|&uuid| uuid != first)
+        {
             return Err(AssembleError::MixedGroups { first, other });
         }
         let authoritative = probes
@@ -199,11 +246,20 @@ impl Engine {
             .expect("at least one probe")
             .superblock
             .clone();
-        let present: Vec<Uuid> = probes.iter().map(|probe| probe.superblock.member_uuid).collect();
+        let present: Vec<Uuid> = probes
+            .iter()
+            .map(|probe| probe.superblock.member_uuid)
+            .collect();
         let mut engine = Engine::from_superblock(authoritative, &present, config, parity)?;
         let mapping = probes
             .iter()
-            .map(|probe| engine.members.list.iter().position(|member| member.uuid == probe.superblock.member_uuid))
+            .map(|probe| {
+                engine
+                    .members
+                    .list
+                    .iter()
+                    .position(|member| member.uuid == probe.superblock.member_uuid)
+            })
             .collect();
         engine.meta.durable_generation = engine.superblock.generation;
         engine.meta.wanted_generation = engine.superblock.generation;
@@ -218,14 +274,22 @@ impl Engine {
         Ok((engine, mapping))
     }
 
-    fn from_superblock(superblock: Superblock, present: &[Uuid], config: EngineConfig, parity: Arc<dyn Kernel>) -> Result<Engine, AssembleError> {
+    fn from_superblock(
+        superblock: Superblock,
+        present: &[Uuid],
+        config: EngineConfig,
+        parity: Arc<dyn Kernel>,
+    ) -> Result<Engine, AssembleError> {
         let geometry = superblock.geometry().map_err(AssembleError::Geometry)?;
         let members: Vec<Member> = superblock
             .members
             .iter()
-            .map(|record| Member::from_record(record, present.is_empty() || present.contains(&record.uuid)))
+            .map(|record| {
+                Member::from_record(record, present.is_empty() || present.contains(&record.uuid))
+            })
             .collect();
-        let group_tag = u64::from_le_bytes(superblock.group_uuid.0[..8].try_into().expect("8 bytes"));
+        let group_tag =
+            u64::from_le_bytes(superblock.group_uuid.0[..8].try_into().expect("8 bytes"));
         let regions = Regions::new(
             &geometry,
             superblock.region_bytes,
@@ -234,11 +298,20 @@ impl Engine {
             superblock.bitmap_slot_bytes,
         );
         let mut pool = BufferPool::new(config.pool_bytes.max(4 * ZERO_BUFFER_BYTES));
-        let zero_buffer = pool.alloc_zeroed(ZERO_BUFFER_BYTES).expect("zero buffer fits the new pool");
+        let zero_buffer = pool
+            .alloc_zeroed(ZERO_BUFFER_BYTES)
+            .expect("zero buffer fits the new pool");
         let mut engine = Engine {
             parity,
             geometry,
-            members: Members { list: members },
+            members: Members {
+                list: members,
+                ahead: super::members::RebuiltAhead {
+                    member: None,
+                    chunk_bytes: geometry.chunk_bytes(),
+                    rows: Default::default(),
+                },
+            },
             pool,
             zero_buffer,
             now_us: 0,
@@ -276,12 +349,18 @@ impl Engine {
         for index in 0..self.members.list.len() {
             let member = &self.members.list[index];
             let Some(role) = member.role else { continue };
-            let was_failed_in_record = self.superblock.members[index].state == MemberRecordState::Failed;
+            let was_failed_in_record =
+                self.superblock.members[index].state == MemberRecordState::Failed;
             if !was_failed_in_record || !present.contains(&member.uuid) {
                 continue;
             }
             let role_taken = self.members.list.iter().enumerate().any(|(other, m)| {
-                other != index && m.role == Some(role) && matches!(m.state, MemberState::Active | MemberState::Rebuilding { .. })
+                other != index
+                    && m.role == Some(role)
+                    && matches!(
+                        m.state,
+                        MemberState::Active | MemberState::Rebuilding { .. }
+                    )
             });
             if role_taken {
                 continue;
@@ -329,7 +408,11 @@ impl Engine {
     }
 
     pub(super) fn startup_step_done(&mut self) {
-        let (step, _) = self.startup.running.take().expect("a start-up step is running");
+        let (step, _) = self
+            .startup
+            .running
+            .take()
+            .expect("a start-up step is running");
         if step == StartStep::FormatBitmap {
             for buffer in std::mem::take(&mut self.startup.format_buffers) {
                 self.pool.free(buffer);
@@ -351,7 +434,12 @@ impl Engine {
                 self.pool.free(buffer);
             }
             let members = self.members.metadata_members();
-            *self.startup.running.as_mut().map(|(_, p)| p).expect("running") = u32::try_from(members.len()).expect("fits");
+            *self
+                .startup
+                .running
+                .as_mut()
+                .map(|(_, p)| p)
+                .expect("running") = u32::try_from(members.len()).expect("fits");
             for member in members {
                 self.issue(member, MemberOp::Flush, Owner::Superblock);
             }
@@ -374,7 +462,9 @@ impl Engine {
     }
 
     pub(super) fn pump_superblock(&mut self) -> bool {
-        if self.meta.writing.is_some() || self.meta.wanted_generation <= self.meta.durable_generation {
+        if self.meta.writing.is_some()
+            || self.meta.wanted_generation <= self.meta.durable_generation
+        {
             return false;
         }
         // The bitmap format of a new group goes first: the superblock is what makes the
@@ -386,18 +476,40 @@ impl Engine {
         }
         let generation = self.meta.wanted_generation;
         self.superblock.generation = generation;
-        self.meta.writing = Some(SuperblockWrite { generation, copy: 0, flushing: false, pending: 0, buffers: Vec::new() });
-        self.write_superblock_copy();
+        let snapshot = self.superblock();
+        self.meta.writing = Some(SuperblockWrite {
+            generation,
+            snapshot,
+            stage: SuperblockStage::PreFlush,
+            pending: 0,
+            buffers: Vec::new(),
+        });
+        self.superblock_flush();
         true
     }
 
-    fn write_superblock_copy(&mut self) {
-        let template = self.superblock();
+    fn superblock_flush(&mut self) {
         let targets = self.members.metadata_members();
         let write = self.meta.writing.as_mut().expect("superblock write");
-        let offset_bytes = SUPERBLOCK_OFFSETS[write.copy];
         write.pending = u32::try_from(targets.len()).expect("member count fits u32");
-        write.flushing = false;
+        for member in &targets {
+            self.issue(*member, MemberOp::Flush, Owner::Superblock);
+        }
+        if targets.is_empty() {
+            self.superblock_step();
+        }
+    }
+
+    fn write_superblock_copy(&mut self, copy_index: usize) {
+        let template = self
+            .meta
+            .writing
+            .as_ref()
+            .expect("superblock write")
+            .snapshot
+            .clone();
+        let targets = self.members.metadata_members();
+        let offset_bytes = SUPERBLOCK_OFFSETS[copy_index];
         let mut issue = Vec::new();
         for member in targets {
             let mut copy = template.clone();
@@ -408,11 +520,21 @@ impl Engine {
             issue.push((member, buffer));
         }
         let write = self.meta.writing.as_mut().expect("superblock write");
-        write.buffers.extend(issue.iter().map(|(_, buffer)| *buffer));
+        write.pending = u32::try_from(issue.len()).expect("member count fits u32");
+        write
+            .buffers
+            .extend(issue.iter().map(|(_, buffer)| *buffer));
         let none = issue.is_empty();
         for (member, buffer) in issue {
             let slice = self.pool.full(buffer);
-            self.issue(member, MemberOp::Write { offset_bytes, buffer: slice }, Owner::Superblock);
+            self.issue(
+                member,
+                MemberOp::Write {
+                    offset_bytes,
+                    buffer: slice,
+                },
+                Owner::Superblock,
+            );
         }
         if none {
             self.superblock_step();
@@ -424,7 +546,11 @@ impl Engine {
             self.format_io_done();
             return;
         }
-        let write = self.meta.writing.as_mut().expect("superblock write in flight");
+        let write = self
+            .meta
+            .writing
+            .as_mut()
+            .expect("superblock write in flight");
         write.pending -= 1;
         if write.pending == 0 {
             self.superblock_step();
@@ -432,38 +558,42 @@ impl Engine {
     }
 
     fn superblock_step(&mut self) {
-        let write = self.meta.writing.as_mut().expect("superblock write in flight");
-        if !write.flushing {
-            write.flushing = true;
-            let targets = self.members.metadata_members();
-            write.pending = u32::try_from(targets.len()).expect("member count fits u32");
-            let none = targets.is_empty();
-            for member in targets {
-                self.issue(member, MemberOp::Flush, Owner::Superblock);
-            }
-            if !none {
-                return;
-            }
-        }
-        let write = self.meta.writing.as_mut().expect("superblock write in flight");
+        let write = self
+            .meta
+            .writing
+            .as_mut()
+            .expect("superblock write in flight");
         for buffer in std::mem::take(&mut write.buffers) {
             self.pool.free(buffer);
         }
-        if write.copy == 0 {
-            write.copy = 1;
-            self.write_superblock_copy();
-            return;
-        }
-        let generation = write.generation;
-        self.meta.writing = None;
-        self.meta.durable_generation = generation;
-        if matches!(self.startup.running, Some((StartStep::WriteSuperblock, _))) && generation >= self.meta.wanted_generation {
-            self.startup_step_done();
-        }
-        if let Some(Shutdown::MarkingClean { generation: needed }) = self.startup.shutdown
-            && generation >= needed
-        {
-            self.startup.shutdown = Some(Shutdown::Done);
+        match write.stage {
+            SuperblockStage::PreFlush => {
+                write.stage = SuperblockStage::Write(0);
+                self.write_superblock_copy(0);
+            }
+            SuperblockStage::Write(copy) => {
+                write.stage = SuperblockStage::Flush(copy);
+                self.superblock_flush();
+            }
+            SuperblockStage::Flush(0) => {
+                write.stage = SuperblockStage::Write(1);
+                self.write_superblock_copy(1);
+            }
+            SuperblockStage::Flush(_) => {
+                let generation = write.generation;
+                self.meta.writing = None;
+                self.meta.durable_generation = generation;
+                if matches!(self.startup.running, Some((StartStep::WriteSuperblock, _)))
+                    && generation >= self.meta.wanted_generation
+                {
+                    self.startup_step_done();
+                }
+                if let Some(Shutdown::MarkingClean { generation: needed }) = self.startup.shutdown
+                    && generation >= needed
+                {
+                    self.startup.shutdown = Some(Shutdown::Done);
+                }
+            }
         }
     }
 

@@ -18,8 +18,8 @@ mod types;
 
 pub use meta::{AssembleError, CreateSpec, DeviceProbe};
 pub use types::{
-    AdminError, Command, CommandId, EngineConfig, FailReason, GroupEvent, GroupState, HostError, HostOp,
-    HostRequest, MemberCommand, MemberError, MemberOp, Reply,
+    AdminError, Command, CommandId, EngineConfig, FailReason, GroupEvent, GroupState, HostError,
+    HostOp, HostRequest, MemberCommand, MemberError, MemberOp, Reply,
 };
 
 use crate::geometry::{Column, Geometry};
@@ -47,11 +47,21 @@ const HOST_POOL_SHARE_PERCENT: usize = 75;
 #[derive(Clone, Copy, Debug)]
 enum Owner {
     /// A healthy read straight into a host read buffer.
-    HostRead { request: Key, piece: host::ReadPiece },
+    HostRead {
+        request: Key,
+        piece: host::ReadPiece,
+    },
     /// Part of a stripe operation.
-    Stripe { op: OpId, purpose: stripe::IoPurpose },
+    Stripe {
+        op: OpId,
+        purpose: stripe::IoPurpose,
+    },
     /// Loading one slot of one bitmap block at start-up.
-    BitmapLoad { block: u32, slot: u8, buffer: BufferId },
+    BitmapLoad {
+        block: u32,
+        slot: u8,
+        buffer: BufferId,
+    },
     /// Writing or flushing one bitmap block.
     BitmapWrite { block: u32 },
     /// Zero-filling a region before its first write.
@@ -83,6 +93,8 @@ struct Request {
     /// Members written by this request's parts, flushed before the reply (FUA).
     fua_members: u64,
     fua: bool,
+    /// FUA that must also make bitmap changes durable (write-zeroes that dropped regions).
+    fua_bitmap: bool,
 }
 
 /// A flush of every data member: for a host FLUSH, for FUA, or internal (to let dirty regions
@@ -99,7 +111,9 @@ struct FlushOp {
 enum FlushStage {
     /// Waiting for pending bitmap updates to be written.
     WaitBitmap,
-    Flushing { pending: u32 },
+    Flushing {
+        pending: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -212,8 +226,13 @@ impl Engine {
     /// The authoritative superblock, with the member table as it stands now.
     pub fn superblock(&self) -> Superblock {
         let mut superblock = self.superblock.clone();
-        superblock.members =
-            self.members.list.iter().filter(|member| !member.is_retired()).map(|member| member.record()).collect();
+        superblock.members = self
+            .members
+            .list
+            .iter()
+            .filter(|member| !member.is_retired())
+            .map(|member| member.record())
+            .collect();
         superblock
     }
 
@@ -310,12 +329,15 @@ impl Engine {
                 })
                 .collect(),
             rebuild: self.members.rebuilding().map(|member| {
-                let MemberState::Rebuilding { position_bytes } = self.members.list[member].state else {
+                let MemberState::Rebuilding { position_bytes } = self.members.list[member].state
+                else {
                     unreachable!("rebuilding() returns a rebuilding member")
                 };
                 RebuildStatus {
                     member,
-                    role: self.members.list[member].role.expect("a rebuilding member has a role"),
+                    role: self.members.list[member]
+                        .role
+                        .expect("a rebuilding member has a role"),
                     position_bytes,
                     total_bytes: self.geometry.member_data_bytes(),
                 }
@@ -359,7 +381,10 @@ impl Engine {
 
     /// Reports the completion of a member command.
     pub fn complete(&mut self, id: CommandId, result: Result<(), MemberError>) {
-        let entry = self.in_flight.remove(Key::from_u64(id.0)).expect("completion of a command in flight");
+        let entry = self
+            .in_flight
+            .remove(Key::from_u64(id.0))
+            .expect("completion of a command in flight");
         let member = &mut self.members.list[entry.member];
         member.in_flight -= 1;
         if let Err(error) = result {
@@ -376,9 +401,15 @@ impl Engine {
             }
         }
         match entry.owner {
-            Owner::HostRead { request, piece } => self.host_read_done(request, piece, entry.member, result),
+            Owner::HostRead { request, piece } => {
+                self.host_read_done(request, piece, entry.member, result)
+            }
             Owner::Stripe { op, purpose } => self.stripe_io_done(op, purpose, entry.member, result),
-            Owner::BitmapLoad { block, slot, buffer } => self.bitmap_load_done(block, slot, buffer, result),
+            Owner::BitmapLoad {
+                block,
+                slot,
+                buffer,
+            } => self.bitmap_load_done(block, slot, buffer, result),
             Owner::BitmapWrite { block } => self.bitmap_write_done(block),
             Owner::ZeroFill { region } => self.zero_fill_done(region),
             Owner::Superblock => self.superblock_io_done(),
@@ -396,7 +427,12 @@ impl Engine {
     /// Adds a device to rebuild `role` onto: the role of a lost member, or of a live one to be
     /// replaced while it still works (proactive replace, copying from it). The rebuild starts
     /// at once. Returns the new member's index, to which the caller attaches the device.
-    pub fn replace_member(&mut self, role: usize, uuid: Uuid, size_bytes: u64) -> Result<usize, AdminError> {
+    pub fn replace_member(
+        &mut self,
+        role: usize,
+        uuid: Uuid,
+        size_bytes: u64,
+    ) -> Result<usize, AdminError> {
         if role >= self.geometry.members() {
             return Err(AdminError::NoSuchRole(role));
         }
@@ -405,7 +441,10 @@ impl Engine {
         }
         let needed = self.superblock.data_offset_bytes + self.geometry.member_data_bytes();
         if size_bytes < needed {
-            return Err(AdminError::TooSmall { size_bytes, needed_bytes: needed });
+            return Err(AdminError::TooSmall {
+                size_bytes,
+                needed_bytes: needed,
+            });
         }
         if self.members.rebuilding().is_some() {
             return Err(AdminError::RebuildRunning);
@@ -413,7 +452,12 @@ impl Engine {
         if self.members.list.iter().any(|member| member.uuid == uuid) {
             return Err(AdminError::AlreadyMember);
         }
-        let live = self.members.list.iter().filter(|member| !member.is_retired()).count();
+        let live = self
+            .members
+            .list
+            .iter()
+            .filter(|member| !member.is_retired())
+            .count();
         if live >= crate::superblock::MAX_MEMBER_RECORDS {
             return Err(AdminError::TooManyMembers);
         }
@@ -434,16 +478,17 @@ impl Engine {
     /// Begins an orderly stop: new requests are refused; once idle, dirty regions are cleared
     /// and the superblock is marked clean. `is_stopped` tells when it is done.
     pub fn stop(&mut self) {
-        self.phase = Phase::Stopping;
-        while let Some(request) = self.deferred.pop_front() {
-            self.reject(request, HostError::ShuttingDown);
+        if self.phase == Phase::Running {
+            self.phase = Phase::Stopping;
         }
         self.pump();
     }
 
     /// True once a stop has finished: nothing in flight, metadata clean and durable.
     pub fn is_stopped(&self) -> bool {
-        self.phase == Phase::Stopping && self.is_idle() && self.startup.shutdown == Some(meta::Shutdown::Done)
+        self.phase == Phase::Stopping
+            && self.is_idle()
+            && self.startup.shutdown == Some(meta::Shutdown::Done)
     }
 
     /// Replaces the opaque configuration blob of the superblock (the virtual-drive table) and
@@ -466,12 +511,22 @@ impl Engine {
         let is_write = matches!(op, MemberOp::Write { .. } | MemberOp::Flush);
         match op {
             MemberOp::Read { buffer, .. } => self.counters.member_read_bytes += buffer.len() as u64,
-            MemberOp::Write { buffer, .. } => self.counters.member_write_bytes += buffer.len() as u64,
+            MemberOp::Write { buffer, .. } => {
+                self.counters.member_write_bytes += buffer.len() as u64
+            }
             MemberOp::Flush => {}
         }
-        let key = self.in_flight.insert(InFlight { member, owner, is_write });
+        let key = self.in_flight.insert(InFlight {
+            member,
+            owner,
+            is_write,
+        });
         self.members.list[member].in_flight += 1;
-        self.out.push_back(Command::Member(MemberCommand { id: CommandId(key.to_u64()), member, op }));
+        self.out.push_back(Command::Member(MemberCommand {
+            id: CommandId(key.to_u64()),
+            member,
+            op,
+        }));
     }
 
     fn emit_event(&mut self, event: GroupEvent) {
@@ -482,7 +537,10 @@ impl Engine {
         if let HostOp::Write { buffer, .. } = request.op {
             self.pool.free(buffer);
         }
-        self.out.push_back(Command::Reply(Reply { id: request.id, result: Err(error) }));
+        self.out.push_back(Command::Reply(Reply {
+            id: request.id,
+            result: Err(error),
+        }));
     }
 
     /// Runs every piece of machinery until nothing more can progress.
@@ -526,8 +584,10 @@ impl Engine {
 
     fn admit_deferred(&mut self) -> bool {
         let mut progressed = false;
-        while self.phase == Phase::Running {
-            let Some(request) = self.deferred.pop_front() else { break };
+        while self.phase != Phase::Starting {
+            let Some(request) = self.deferred.pop_front() else {
+                break;
+            };
             if !self.admit(request) {
                 break;
             }
@@ -554,7 +614,9 @@ impl Engine {
 
     /// Ops that found no buffer space retry once some has been freed since.
     fn retry_memory_waiters(&mut self) -> bool {
-        if self.waiting_for_memory.is_empty() || self.pool.used_bytes() >= self.memory_blocked_used_bytes {
+        if self.waiting_for_memory.is_empty()
+            || self.pool.used_bytes() >= self.memory_blocked_used_bytes
+        {
             return false;
         }
         self.memory_blocked_used_bytes = usize::MAX;
@@ -578,7 +640,11 @@ impl Engine {
         }
         self.members.list[member].state = MemberState::Failed(reason);
         let uuid = self.members.list[member].uuid;
-        self.emit_event(GroupEvent::MemberFailed { member, uuid, reason });
+        self.emit_event(GroupEvent::MemberFailed {
+            member,
+            uuid,
+            reason,
+        });
         let generation = self.request_superblock_update();
         self.meta.failure_generation = self.meta.failure_generation.max(generation);
         self.background.member_failed(member);
@@ -598,10 +664,16 @@ impl Engine {
         if entry.parts_pending > 0 {
             return;
         }
-        if entry.fua && entry.error.is_none() && entry.fua_members != 0 {
+        if entry.fua && entry.error.is_none() && (entry.fua_members != 0 || entry.fua_bitmap) {
             let members = std::mem::take(&mut entry.fua_members);
+            let only = if std::mem::take(&mut entry.fua_bitmap) {
+                None
+            } else {
+                Some(members)
+            };
+            entry.fua = false;
             entry.parts_pending = 1;
-            self.start_flush(Some(request), Some(members));
+            self.start_flush(Some(request), only);
             return;
         }
         let entry = self.requests.remove(request).expect("request in flight");
@@ -617,7 +689,10 @@ impl Engine {
             }
             (None, buffer) => Ok(buffer),
         };
-        let reply = Reply { id: entry.id, result };
+        let reply = Reply {
+            id: entry.id,
+            result,
+        };
         let needed = self.meta.failure_generation;
         if entry.waits_for_metadata && needed > self.meta.durable_generation {
             self.parked.push((needed, reply));
@@ -628,7 +703,12 @@ impl Engine {
 
     fn start_flush(&mut self, request: Option<Key>, only_members: Option<u64>) -> Key {
         let epoch = self.regions.next_flush_epoch();
-        self.flushes.insert(FlushOp { request, only_members, stage: FlushStage::WaitBitmap, epoch })
+        self.flushes.insert(FlushOp {
+            request,
+            only_members,
+            stage: FlushStage::WaitBitmap,
+            epoch,
+        })
     }
 
     fn pump_flushes(&mut self) -> bool {
@@ -647,7 +727,11 @@ impl Engine {
                 .members
                 .data_members()
                 .into_iter()
-                .filter(|&member| flush.only_members.is_none_or(|mask| mask & (1 << member) != 0))
+                .filter(|&member| {
+                    flush
+                        .only_members
+                        .is_none_or(|mask| mask & (1 << member) != 0)
+                })
                 .collect();
             let pending = u32::try_from(targets.len()).expect("member count fits u32");
             self.flushes.get_mut(key).expect("live flush").stage = FlushStage::Flushing { pending };
@@ -664,7 +748,9 @@ impl Engine {
 
     fn flush_io_done(&mut self, key: Key) {
         let flush = self.flushes.get_mut(key).expect("live flush");
-        let FlushStage::Flushing { pending } = &mut flush.stage else { unreachable!("flush completes while flushing") };
+        let FlushStage::Flushing { pending } = &mut flush.stage else {
+            unreachable!("flush completes while flushing")
+        };
         *pending -= 1;
         if *pending == 0 {
             self.flush_finished(key);
@@ -693,11 +779,23 @@ impl Engine {
     /// `index`, byte `within` of the chunk), or `None` if no copy is readable.
     /// `primary_only` picks the first readable copy in copy order (used where mirrors may
     /// disagree until resynced); otherwise the least busy copy.
-    fn data_reader(&self, stripe: u64, index: usize, within: u64, primary_only: bool, exclude: u64) -> Option<(usize, u64)> {
+    fn data_reader(
+        &self,
+        stripe: u64,
+        index: usize,
+        within: u64,
+        primary_only: bool,
+        exclude: u64,
+    ) -> Option<(usize, u64)> {
         let mut best: Option<(usize, u64)> = None;
         for copy in 0..self.geometry.copies() {
             let placement = self.geometry.data_placement(stripe, index, copy);
-            let Some(member) = self.members.reader(placement.member, placement.offset_bytes) else { continue };
+            let Some(member) = self
+                .members
+                .reader(placement.member, placement.offset_bytes)
+            else {
+                continue;
+            };
             if exclude & (1 << member) != 0 {
                 continue;
             }
@@ -719,9 +817,9 @@ impl Engine {
     /// must reach.
     fn column_writers(&self, stripe: u64, column: Column) -> Vec<(usize, u64)> {
         let placements: Vec<_> = match column {
-            Column::Data(index) => {
-                (0..self.geometry.copies()).map(|copy| self.geometry.data_placement(stripe, index, copy)).collect()
-            }
+            Column::Data(index) => (0..self.geometry.copies())
+                .map(|copy| self.geometry.data_placement(stripe, index, copy))
+                .collect(),
             Column::Parity(which) => vec![self.geometry.parity_placement(stripe, which)],
         };
         placements
@@ -742,8 +840,13 @@ impl Engine {
             Column::Data(index) => self.geometry.data_placement(stripe, index, 0),
             Column::Parity(which) => self.geometry.parity_placement(stripe, which),
         };
-        let member = self.members.reader(placement.member, placement.offset_bytes)?;
-        Some((member, self.superblock.data_offset_bytes + placement.offset_bytes))
+        let member = self
+            .members
+            .reader(placement.member, placement.offset_bytes)?;
+        Some((
+            member,
+            self.superblock.data_offset_bytes + placement.offset_bytes,
+        ))
     }
 
     fn slice(&self, buffer: BufferId, offset_bytes: u64, len_bytes: u64) -> BufferSlice {

@@ -12,8 +12,12 @@ use tessera_buffer::{BufferId, BufferSlice};
 enum ZeroFillStage {
     /// Waiting for I/O already in the region to drain.
     WaitIdle,
-    Writing { pending: u32 },
-    Flushing { pending: u32 },
+    Writing {
+        pending: u32,
+    },
+    Flushing {
+        pending: u32,
+    },
     /// Waiting for the written and dirty bits to be durable.
     Marking,
 }
@@ -74,7 +78,13 @@ pub(crate) struct Regions {
 }
 
 impl Regions {
-    pub(crate) fn new(geometry: &Geometry, region_bytes: u64, group_tag: u64, bitmap_offset_bytes: u64, slot_bytes: u64) -> Regions {
+    pub(crate) fn new(
+        geometry: &Geometry,
+        region_bytes: u64,
+        group_tag: u64,
+        bitmap_offset_bytes: u64,
+        slot_bytes: u64,
+    ) -> Regions {
         let count = geometry.data_bytes().div_ceil(region_bytes);
         let blocks = count.div_ceil(REGIONS_PER_BLOCK).max(1) as usize;
         assert!(blocks as u64 * bitmap::BLOCK_BYTES as u64 <= slot_bytes);
@@ -105,10 +115,6 @@ impl Regions {
 
     pub(crate) fn region_bytes(&self) -> u64 {
         self.region_bytes
-    }
-
-    pub(crate) fn count(&self) -> u64 {
-        self.count
     }
 
     pub(crate) fn block_count(&self) -> u32 {
@@ -144,7 +150,9 @@ impl Regions {
     }
 
     pub(crate) fn unsynced_regions(&self) -> Vec<u64> {
-        (0..self.count).filter(|&region| self.unsynced.get(region)).collect()
+        (0..self.count)
+            .filter(|&region| self.unsynced.get(region))
+            .collect()
     }
 
     pub(crate) fn written_count(&self) -> u64 {
@@ -177,13 +185,19 @@ impl Regions {
     /// An operation leaves the region; `wrote` records the time of a write for lazy clearing,
     /// which is looked at `delay_us` later.
     pub(crate) fn leave(&mut self, region: u64, now_us: u64, wrote: Option<u64>) {
-        let count = self.in_flight.get_mut(&region).expect("leaving a region that was entered");
+        let count = self
+            .in_flight
+            .get_mut(&region)
+            .expect("leaving a region that was entered");
         *count -= 1;
         if *count == 0 {
             self.in_flight.remove(&region);
         }
         if let Some(delay_us) = wrote {
-            let activity = Activity { last_write_us: now_us, epoch: self.flush_epoch_started };
+            let activity = Activity {
+                last_write_us: now_us,
+                epoch: self.flush_epoch_started,
+            };
             if self.activity.insert(region, activity).is_none() {
                 self.clear_queue.insert((now_us + delay_us, region));
             }
@@ -220,11 +234,26 @@ impl Regions {
         self.clear_queue.first().map(|(at, _)| *at)
     }
 
+    /// Whether the region is written and dirty in memory, on the members, and in any block
+    /// write in flight (which would otherwise land later and undo what the members say).
     fn bits_durable(&self, region: u64) -> bool {
+        let in_flight_agrees = match &self.blocks[bitmap::block_of(region) as usize].writing {
+            None => true,
+            Some(write) => {
+                let at = (region % REGIONS_PER_BLOCK) as usize;
+                let bit = |bytes: &[u8]| {
+                    bytes
+                        .get(at / 8)
+                        .is_some_and(|byte| byte & (1 << (at % 8)) != 0)
+                };
+                bit(&write.written) && bit(&write.dirty)
+            }
+        };
         self.written.get(region)
             && self.dirty.get(region)
             && self.durable_written.get(region)
             && self.durable_dirty.get(region)
+            && in_flight_agrees
     }
 
     /// Applies a durable block image to the durable bits.
@@ -251,7 +280,10 @@ impl Engine {
             return Gate::Open;
         }
         if !regions.written.get(region) {
-            regions.zero_fills.entry(region).or_insert(ZeroFillStage::WaitIdle);
+            regions
+                .zero_fills
+                .entry(region)
+                .or_insert(ZeroFillStage::WaitIdle);
         } else if !regions.zero_fills.contains_key(&region) {
             regions.dirty.set(region, true);
             regions.needs_write.insert(bitmap::block_of(region));
@@ -265,7 +297,11 @@ impl Engine {
     /// under way; the op is woken).
     pub(super) fn read_gate(&mut self, region: u64, op: OpId) -> Option<bool> {
         if self.regions.zero_fills.contains_key(&region) {
-            self.regions.gate_waiters.entry(region).or_default().push(op);
+            self.regions
+                .gate_waiters
+                .entry(region)
+                .or_default()
+                .push(op);
             return None;
         }
         Some(self.regions.written.get(region))
@@ -299,7 +335,10 @@ impl Engine {
         let written = regions.written.block_bytes(block).to_vec();
         let dirty = regions.dirty.block_bytes(block).to_vec();
         let image = bitmap::encode_block(regions.group_tag, block, sequence, &written, &dirty);
-        let buffer = self.pool.alloc(bitmap::BLOCK_BYTES).expect("bitmap block buffer");
+        let buffer = self
+            .pool
+            .alloc(bitmap::BLOCK_BYTES)
+            .expect("bitmap block buffer");
         self.pool.slice_mut(buffer).copy_from_slice(&image);
         let targets = self.members.metadata_members();
         let slot = sequence % 2;
@@ -307,11 +346,24 @@ impl Engine {
             + slot * self.regions.slot_bytes
             + u64::from(block) * bitmap::BLOCK_BYTES as u64;
         let pending = u32::try_from(targets.len()).expect("member count fits u32");
-        self.regions.blocks[block as usize].writing =
-            Some(BlockWrite { sequence, pending, flushing: false, buffer, written, dirty });
+        self.regions.blocks[block as usize].writing = Some(BlockWrite {
+            sequence,
+            pending,
+            flushing: false,
+            buffer,
+            written,
+            dirty,
+        });
         for member in targets {
             let slice = self.pool.full(buffer);
-            self.issue(member, MemberOp::Write { offset_bytes, buffer: slice }, Owner::BitmapWrite { block });
+            self.issue(
+                member,
+                MemberOp::Write {
+                    offset_bytes,
+                    buffer: slice,
+                },
+                Owner::BitmapWrite { block },
+            );
         }
         if pending == 0 {
             self.bitmap_write_done_all(block);
@@ -319,7 +371,10 @@ impl Engine {
     }
 
     pub(super) fn bitmap_write_done(&mut self, block: u32) {
-        let write = self.regions.blocks[block as usize].writing.as_mut().expect("block write in flight");
+        let write = self.regions.blocks[block as usize]
+            .writing
+            .as_mut()
+            .expect("block write in flight");
         write.pending -= 1;
         if write.pending == 0 {
             self.bitmap_write_done_all(block);
@@ -327,7 +382,10 @@ impl Engine {
     }
 
     fn bitmap_write_done_all(&mut self, block: u32) {
-        let write = self.regions.blocks[block as usize].writing.as_mut().expect("block write in flight");
+        let write = self.regions.blocks[block as usize]
+            .writing
+            .as_mut()
+            .expect("block write in flight");
         if !write.flushing {
             write.flushing = true;
             let targets = self.members.metadata_members();
@@ -340,13 +398,22 @@ impl Engine {
                 return;
             }
         }
-        let write = self.regions.blocks[block as usize].writing.take().expect("block write in flight");
+        let write = self.regions.blocks[block as usize]
+            .writing
+            .take()
+            .expect("block write in flight");
         self.pool.free(write.buffer);
         self.regions.blocks[block as usize].sequence = write.sequence;
-        self.regions.block_durable(block, &write.written, &write.dirty);
+        self.regions
+            .block_durable(block, &write.written, &write.dirty);
         let first = u64::from(block) * REGIONS_PER_BLOCK;
         let last = (first + REGIONS_PER_BLOCK).min(self.regions.count);
-        let waiting: Vec<u64> = self.regions.gate_waiters.range(first..last).map(|(&region, _)| region).collect();
+        let waiting: Vec<u64> = self
+            .regions
+            .gate_waiters
+            .range(first..last)
+            .map(|(&region, _)| region)
+            .collect();
         for region in waiting {
             if !self.regions.zero_fills.contains_key(&region) {
                 self.wake_region(region);
@@ -374,7 +441,9 @@ impl Engine {
             .regions
             .zero_fills
             .iter()
-            .filter(|(region, stage)| **stage == ZeroFillStage::WaitIdle && self.regions.idle(**region))
+            .filter(|(region, stage)| {
+                **stage == ZeroFillStage::WaitIdle && self.regions.idle(**region)
+            })
             .map(|(&region, _)| region)
             .collect();
         for &region in &waiting {
@@ -402,7 +471,9 @@ impl Engine {
         for (member, offset) in pieces {
             match extents.last_mut() {
                 Some((last_member, start, len))
-                    if *last_member == member && *start + *len == offset && *len + chunk <= super::ZERO_BUFFER_BYTES as u64 =>
+                    if *last_member == member
+                        && *start + *len == offset
+                        && *len + chunk <= super::ZERO_BUFFER_BYTES as u64 =>
                 {
                     *len += chunk;
                 }
@@ -415,10 +486,19 @@ impl Engine {
     fn start_zero_fill(&mut self, region: u64) {
         let extents = self.region_extents(region);
         let pending = u32::try_from(extents.len()).expect("extent count fits u32");
-        self.regions.zero_fills.insert(region, ZeroFillStage::Writing { pending });
+        self.regions
+            .zero_fills
+            .insert(region, ZeroFillStage::Writing { pending });
         for (member, offset_bytes, len) in extents {
             let buffer = BufferSlice::new(self.zero_buffer, 0, len as usize);
-            self.issue(member, MemberOp::Write { offset_bytes, buffer }, Owner::ZeroFill { region });
+            self.issue(
+                member,
+                MemberOp::Write {
+                    offset_bytes,
+                    buffer,
+                },
+                Owner::ZeroFill { region },
+            );
         }
         if pending == 0 {
             self.zero_fill_step(region);
@@ -426,7 +506,11 @@ impl Engine {
     }
 
     pub(super) fn zero_fill_done(&mut self, region: u64) {
-        let stage = self.regions.zero_fills.get_mut(&region).expect("zero-fill in progress");
+        let stage = self
+            .regions
+            .zero_fills
+            .get_mut(&region)
+            .expect("zero-fill in progress");
         match stage {
             ZeroFillStage::Writing { pending } | ZeroFillStage::Flushing { pending } => {
                 *pending -= 1;
@@ -439,13 +523,19 @@ impl Engine {
     }
 
     fn zero_fill_step(&mut self, region: u64) {
-        let stage = *self.regions.zero_fills.get(&region).expect("zero-fill in progress");
+        let stage = *self
+            .regions
+            .zero_fills
+            .get(&region)
+            .expect("zero-fill in progress");
         match stage {
             ZeroFillStage::Writing { .. } => {
                 // The zeroes must be durable before the bitmap says the region holds data.
                 let targets = self.members.data_members();
                 let pending = u32::try_from(targets.len()).expect("member count fits u32");
-                self.regions.zero_fills.insert(region, ZeroFillStage::Flushing { pending });
+                self.regions
+                    .zero_fills
+                    .insert(region, ZeroFillStage::Flushing { pending });
                 for member in targets {
                     self.issue(member, MemberOp::Flush, Owner::ZeroFill { region });
                 }
@@ -454,7 +544,9 @@ impl Engine {
                 }
             }
             ZeroFillStage::Flushing { .. } => {
-                self.regions.zero_fills.insert(region, ZeroFillStage::Marking);
+                self.regions
+                    .zero_fills
+                    .insert(region, ZeroFillStage::Marking);
                 self.regions.written.set(region, true);
                 self.regions.dirty.set(region, true);
                 self.regions.needs_write.insert(bitmap::block_of(region));
@@ -477,11 +569,16 @@ impl Engine {
                 break;
             }
             self.regions.clear_queue.remove(&(at, region));
-            let Some(activity) = self.regions.activity.get(&region).copied() else { continue };
+            let Some(activity) = self.regions.activity.get(&region).copied() else {
+                continue;
+            };
             let idle_since = activity.last_write_us + delay;
-            let busy = !self.regions.idle(region) || self.regions.gate_waiters.contains_key(&region);
+            let busy =
+                !self.regions.idle(region) || self.regions.gate_waiters.contains_key(&region);
             if idle_since > now || busy {
-                self.regions.clear_queue.insert((idle_since.max(now + delay), region));
+                self.regions
+                    .clear_queue
+                    .insert((idle_since.max(now + delay), region));
                 continue;
             }
             if activity.epoch >= self.regions.flush_epoch_done {
@@ -522,16 +619,33 @@ impl Engine {
         let blocks = self.regions.block_count();
         let members = self.members.metadata_members();
         let reads = blocks as usize * 2 * members.len();
-        self.regions.loading = Some((u32::try_from(reads).expect("read count fits u32"), (0..blocks).map(|_| None).collect()));
+        self.regions.loading = Some((
+            u32::try_from(reads).expect("read count fits u32"),
+            (0..blocks).map(|_| None).collect(),
+        ));
         for block in 0..blocks {
             for slot in 0..2u8 {
                 for &member in &members {
-                    let buffer = self.pool.alloc(bitmap::BLOCK_BYTES).expect("bitmap load buffer");
+                    let buffer = self
+                        .pool
+                        .alloc(bitmap::BLOCK_BYTES)
+                        .expect("bitmap load buffer");
                     let offset_bytes = self.regions.bitmap_offset_bytes
                         + u64::from(slot) * self.regions.slot_bytes
                         + u64::from(block) * bitmap::BLOCK_BYTES as u64;
                     let slice = self.pool.full(buffer);
-                    self.issue(member, MemberOp::Read { offset_bytes, buffer: slice }, Owner::BitmapLoad { block, slot, buffer });
+                    self.issue(
+                        member,
+                        MemberOp::Read {
+                            offset_bytes,
+                            buffer: slice,
+                        },
+                        Owner::BitmapLoad {
+                            block,
+                            slot,
+                            buffer,
+                        },
+                    );
                 }
             }
         }
@@ -540,14 +654,28 @@ impl Engine {
         }
     }
 
-    pub(super) fn bitmap_load_done(&mut self, block: u32, _slot: u8, buffer: BufferId, result: Result<(), super::MemberError>) {
+    pub(super) fn bitmap_load_done(
+        &mut self,
+        block: u32,
+        _slot: u8,
+        buffer: BufferId,
+        result: Result<(), super::MemberError>,
+    ) {
         if result.is_ok()
-            && let Ok(image) = bitmap::decode_block(self.pool.slice(buffer), self.regions.group_tag, block)
+            && let Ok(image) =
+                bitmap::decode_block(self.pool.slice(buffer), self.regions.group_tag, block)
         {
             let (_, best) = self.regions.loading.as_mut().expect("bitmap loading");
             let slot = &mut best[block as usize];
-            if slot.as_ref().is_none_or(|loaded| loaded.sequence < image.sequence) {
-                *slot = Some(Loaded { sequence: image.sequence, written: image.written, dirty: image.dirty });
+            if slot
+                .as_ref()
+                .is_none_or(|loaded| loaded.sequence < image.sequence)
+            {
+                *slot = Some(Loaded {
+                    sequence: image.sequence,
+                    written: image.written,
+                    dirty: image.dirty,
+                });
             }
         }
         self.pool.free(buffer);
@@ -567,7 +695,8 @@ impl Engine {
                     self.regions.blocks[block as usize].sequence = loaded.sequence;
                     self.regions.written.load_block(block, &loaded.written);
                     self.regions.dirty.load_block(block, &loaded.dirty);
-                    self.regions.block_durable(block, &loaded.written, &loaded.dirty);
+                    self.regions
+                        .block_durable(block, &loaded.written, &loaded.dirty);
                 }
                 None => {
                     // No valid copy anywhere: assume every region written and dirty, the safe
@@ -598,14 +727,25 @@ impl Engine {
         for block in 0..blocks {
             for slot in 0..2u64 {
                 let image = bitmap::encode_block(self.regions.group_tag, block, slot, &[], &[]);
-                let buffer = self.pool.alloc(bitmap::BLOCK_BYTES).expect("bitmap format buffer");
+                let buffer = self
+                    .pool
+                    .alloc(bitmap::BLOCK_BYTES)
+                    .expect("bitmap format buffer");
                 self.pool.slice_mut(buffer).copy_from_slice(&image);
                 self.startup.format_buffers.push(buffer);
-                let offset_bytes =
-                    self.regions.bitmap_offset_bytes + slot * self.regions.slot_bytes + u64::from(block) * bitmap::BLOCK_BYTES as u64;
+                let offset_bytes = self.regions.bitmap_offset_bytes
+                    + slot * self.regions.slot_bytes
+                    + u64::from(block) * bitmap::BLOCK_BYTES as u64;
                 for &member in &members {
                     let slice = self.pool.full(buffer);
-                    self.issue(member, MemberOp::Write { offset_bytes, buffer: slice }, Owner::Superblock);
+                    self.issue(
+                        member,
+                        MemberOp::Write {
+                            offset_bytes,
+                            buffer: slice,
+                        },
+                        Owner::Superblock,
+                    );
                     issued += 1;
                 }
             }

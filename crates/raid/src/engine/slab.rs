@@ -12,7 +12,10 @@ impl Key {
     }
 
     pub(crate) fn from_u64(raw: u64) -> Key {
-        Key { index: raw as u32, generation: (raw >> 32) as u32 }
+        Key {
+            index: raw as u32,
+            generation: (raw >> 32) as u32,
+        }
     }
 }
 
@@ -24,7 +27,11 @@ pub(crate) struct Slab<T> {
 
 impl<T> Slab<T> {
     pub(crate) fn new() -> Slab<T> {
-        Slab { entries: Vec::new(), free: Vec::new(), live: 0 }
+        Slab {
+            entries: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+        }
     }
 
     pub(crate) fn insert(&mut self, value: T) -> Key {
@@ -34,12 +41,18 @@ impl<T> Slab<T> {
                 let entry = &mut self.entries[index as usize];
                 assert!(entry.1.is_none());
                 entry.1 = Some(value);
-                Key { index, generation: entry.0 }
+                Key {
+                    index,
+                    generation: entry.0,
+                }
             }
             None => {
                 self.entries.push((0, Some(value)));
                 let index = u32::try_from(self.entries.len() - 1).expect("slab index fits u32");
-                Key { index, generation: 0 }
+                Key {
+                    index,
+                    generation: 0,
+                }
             }
         }
     }
@@ -109,7 +122,10 @@ impl<T> Slab<T> {
             .iter()
             .enumerate()
             .filter(|(_, entry)| entry.1.is_some())
-            .map(|(index, entry)| Key { index: index as u32, generation: entry.0 })
+            .map(|(index, entry)| Key {
+                index: index as u32,
+                generation: entry.0,
+            })
             .collect()
     }
 }

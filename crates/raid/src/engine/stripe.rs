@@ -33,9 +33,18 @@ pub(crate) struct RecoverPiece {
 }
 
 pub(crate) enum Kind {
-    Write { fragments: Vec<Fragment> },
-    Recover { pieces: Vec<RecoverPiece> },
-    Rebuild { target: usize, column: Column, row: u64, target_offset_bytes: u64 },
+    Write {
+        fragments: Vec<Fragment>,
+    },
+    Recover {
+        pieces: Vec<RecoverPiece>,
+    },
+    Rebuild {
+        target: usize,
+        column: Column,
+        row: u64,
+        target_offset_bytes: u64,
+    },
     Resync,
 }
 
@@ -44,8 +53,20 @@ impl Kind {
         Kind::Write { fragments }
     }
 
-    pub(crate) fn recover(request: Key, piece: ReadPiece, target: BufferSlice, repair_member: Option<usize>) -> Kind {
-        Kind::Recover { pieces: vec![RecoverPiece { request, piece, target, repair_member }] }
+    pub(crate) fn recover(
+        request: Key,
+        piece: ReadPiece,
+        target: BufferSlice,
+        repair_member: Option<usize>,
+    ) -> Kind {
+        Kind::Recover {
+            pieces: vec![RecoverPiece {
+                request,
+                piece,
+                target,
+                repair_member,
+            }],
+        }
     }
 }
 
@@ -54,7 +75,9 @@ pub(crate) enum Stage {
     /// Waiting for the stripe lock.
     Queued,
     /// Holding the lock, waiting briefly for more of a sequential stream.
-    Gathering { until_us: u64 },
+    Gathering {
+        until_us: u64,
+    },
     Gate,
     Plan,
     Reading,
@@ -80,6 +103,8 @@ struct Image {
 }
 
 /// What the plan decided, for the compute stage.
+// Ops live in a slab, allocated once per op; boxing the large variant would add an allocation.
+#[allow(clippy::large_enum_variant)]
 enum Work {
     None,
     /// A parity-level write.
@@ -96,7 +121,11 @@ enum Work {
     },
     /// An image of the stripe (recovery, rebuild, resync), or a copy read from one member
     /// (`source`: the buffer and the member it came from), plus parity computed from it.
-    Chunk { image: Image, source: Option<(BufferSlice, usize)>, parity_out: [Option<BufferSlice>; 2] },
+    Chunk {
+        image: Image,
+        source: Option<(BufferSlice, usize)>,
+        parity_out: [Option<BufferSlice>; 2],
+    },
 }
 
 pub(crate) struct StripeOp {
@@ -150,7 +179,9 @@ impl StripeOp {
         if !matches!(self.stage, Stage::Queued | Stage::Gathering { .. }) {
             return false;
         }
-        let Kind::Write { fragments } = &mut self.kind else { return false };
+        let Kind::Write { fragments } = &mut self.kind else {
+            return false;
+        };
         for fragment in new {
             let mut span = Some(fragment.range);
             for existing in fragments.iter().filter(|f| f.index == fragment.index) {
@@ -161,7 +192,11 @@ impl StripeOp {
                 }
                 span = span.map(|s| s.hull(existing.range));
             }
-            let covered: u64 = fragments.iter().filter(|f| f.index == fragment.index).map(|f| f.range.len()).sum();
+            let covered: u64 = fragments
+                .iter()
+                .filter(|f| f.index == fragment.index)
+                .map(|f| f.range.len())
+                .sum();
             if span.is_some_and(|s| s.len() != covered + fragment.range.len()) {
                 return false;
             }
@@ -170,20 +205,40 @@ impl StripeOp {
         true
     }
 
-    pub(crate) fn try_add_recovery(&mut self, request: Key, piece: ReadPiece, target: BufferSlice, repair_member: Option<usize>) -> bool {
+    pub(crate) fn try_add_recovery(
+        &mut self,
+        request: Key,
+        piece: ReadPiece,
+        target: BufferSlice,
+        repair_member: Option<usize>,
+    ) -> bool {
         if self.stage != Stage::Queued {
             return false;
         }
-        let Kind::Recover { pieces } = &mut self.kind else { return false };
-        pieces.push(RecoverPiece { request, piece, target, repair_member });
+        let Kind::Recover { pieces } = &mut self.kind else {
+            return false;
+        };
+        pieces.push(RecoverPiece {
+            request,
+            piece,
+            target,
+            repair_member,
+        });
         true
     }
 
     /// Whether the write fragments cover every data chunk completely.
     pub(crate) fn covers_full_stripe(&self, data_chunks: usize, chunk_bytes: u64) -> bool {
-        let Kind::Write { fragments } = &self.kind else { return false };
+        let Kind::Write { fragments } = &self.kind else {
+            return false;
+        };
         (0..data_chunks).all(|index| {
-            fragments.iter().filter(|f| f.index == index).map(|f| f.range.len()).sum::<u64>() == chunk_bytes
+            fragments
+                .iter()
+                .filter(|f| f.index == index)
+                .map(|f| f.range.len())
+                .sum::<u64>()
+                == chunk_bytes
         })
     }
 
@@ -212,7 +267,9 @@ enum Planned {
 
 impl Engine {
     pub(super) fn advance_op(&mut self, id: OpId) {
-        let Some(mut op) = self.ops.take(id) else { return };
+        let Some(mut op) = self.ops.take(id) else {
+            return;
+        };
         if self.step_op(id, &mut op) {
             self.ops.put_back(id, op);
         } else {
@@ -220,14 +277,24 @@ impl Engine {
         }
     }
 
-    pub(super) fn stripe_io_done(&mut self, id: OpId, purpose: IoPurpose, member: usize, result: Result<(), MemberError>) {
+    pub(super) fn stripe_io_done(
+        &mut self,
+        id: OpId,
+        purpose: IoPurpose,
+        member: usize,
+        result: Result<(), MemberError>,
+    ) {
         let mut op = self.ops.take(id).expect("stripe op in flight");
         op.pending_io -= 1;
         if let (IoPurpose::Read, Err(_)) = (purpose, result) {
             op.unreadable |= 1 << member;
             op.read_failed = true;
         }
-        let alive = if op.pending_io == 0 { self.step_op(id, &mut op) } else { true };
+        let alive = if op.pending_io == 0 {
+            self.step_op(id, &mut op)
+        } else {
+            true
+        };
         if alive {
             self.ops.put_back(id, op);
         } else {
@@ -250,7 +317,8 @@ impl Engine {
                     Planned::NoMemory => {
                         self.free_scratch(op);
                         op.work = Work::None;
-                        self.memory_blocked_used_bytes = self.memory_blocked_used_bytes.min(self.pool.used_bytes());
+                        self.memory_blocked_used_bytes =
+                            self.memory_blocked_used_bytes.min(self.pool.used_bytes());
                         self.waiting_for_memory.push_back(id);
                         return true;
                     }
@@ -351,7 +419,8 @@ impl Engine {
 
     /// Whether a data or parity column of the op's stripe can be read, and from where.
     fn readable_column(&self, op: &StripeOp, column: Column) -> Option<(usize, u64)> {
-        self.column_reader(op.stripe, column).filter(|(member, _)| op.unreadable & (1 << member) == 0)
+        self.column_reader(op.stripe, column)
+            .filter(|(member, _)| op.unreadable & (1 << member) == 0)
     }
 
     fn plan_op(&mut self, id: OpId, op: &mut StripeOp) -> Planned {
@@ -364,17 +433,33 @@ impl Engine {
                 Planned::Go
             }
             Kind::Write { .. } => self.plan_parity_write(id, op),
-            Kind::Recover { .. } if self.geometry.parity_chunks() == 0 => self.plan_mirror_recover(id, op),
+            Kind::Recover { .. } if self.geometry.parity_chunks() == 0 => {
+                self.plan_mirror_recover(id, op)
+            }
             Kind::Recover { .. } => {
-                let Kind::Recover { pieces } = &op.kind else { unreachable!() };
+                let Kind::Recover { pieces } = &op.kind else {
+                    unreachable!()
+                };
                 let range = pieces
                     .iter()
-                    .map(|p| ChunkRange::new(p.piece.within_bytes, p.piece.within_bytes + p.piece.len_bytes))
+                    .map(|p| {
+                        ChunkRange::new(
+                            p.piece.within_bytes,
+                            p.piece.within_bytes + p.piece.len_bytes,
+                        )
+                    })
                     .reduce(ChunkRange::hull)
                     .expect("a recovery has pieces");
+                // A piece whose member failed the read is recovered around that member; a piece
+                // queued because its column was unavailable is read directly if it is back.
                 let mut lost = 0u64;
                 for piece in pieces {
-                    lost |= 1 << piece.piece.index;
+                    let reader = self
+                        .column_reader(op.stripe, Column::Data(piece.piece.index))
+                        .map(|(member, _)| member);
+                    if piece.repair_member.is_some() && reader == piece.repair_member {
+                        lost |= 1 << piece.piece.index;
+                    }
                 }
                 self.plan_image(id, op, range, lost, None, false)
             }
@@ -401,25 +486,40 @@ impl Engine {
         let parity_chunks = self.geometry.parity_chunks();
         let mut data_readable = [false; MAX_MEMBERS];
         for (index, readable) in data_readable.iter_mut().enumerate().take(data_chunks) {
-            *readable = forced_lost & (1 << index) == 0 && self.readable_column(op, Column::Data(index)).is_some();
+            *readable = forced_lost & (1 << index) == 0
+                && self.readable_column(op, Column::Data(index)).is_some();
         }
         let mut parity_readable = [false; 2];
         for (which, readable) in parity_readable.iter_mut().enumerate().take(parity_chunks) {
-            *readable = skip_parity != Some(which) && self.readable_column(op, Column::Parity(which)).is_some();
+            *readable = skip_parity != Some(which)
+                && self.readable_column(op, Column::Parity(which)).is_some();
         }
-        op.lost_mask = (0..data_chunks).filter(|&index| !data_readable[index]).fold(0, |mask, index| mask | (1 << index));
-        let recovery = match plan::plan_recovery(&data_readable[..data_chunks], &parity_readable[..parity_chunks]) {
+        op.lost_mask = (0..data_chunks)
+            .filter(|&index| !data_readable[index])
+            .fold(0, |mask, index| mask | (1 << index));
+        let recovery = match plan::plan_recovery(
+            &data_readable[..data_chunks],
+            &parity_readable[..parity_chunks],
+        ) {
             Ok(recovery) => recovery,
-            Err(PlanError::BeyondRedundancy) => return Planned::BeyondRedundancy,
+            Err(PlanError::BeyondRedundancy) => {
+                return Planned::BeyondRedundancy;
+            }
         };
         // After an unclean shutdown, parity of a region not yet resynced may disagree with its
         // data: recovering through it could return wrong data, so the data counts as lost.
         if recovery.is_some() && self.regions.is_unsynced(op.region) {
             return Planned::BeyondRedundancy;
         }
-        let mut image = Image { range: Some(range), recovery, ..Image::default() };
+        let mut image = Image {
+            range: Some(range),
+            recovery,
+            ..Image::default()
+        };
         for index in 0..data_chunks {
-            let Some(slice) = self.scratch(op, range.len()) else { return Planned::NoMemory };
+            let Some(slice) = self.scratch(op, range.len()) else {
+                return Planned::NoMemory;
+            };
             image.data[index] = Some(slice);
         }
         let used_parity: &[usize] = match recovery {
@@ -429,29 +529,57 @@ impl Engine {
             Some(Recovery::FromPq { .. }) => &[0, 1],
         };
         for &which in used_parity {
-            let Some(slice) = self.scratch(op, range.len()) else { return Planned::NoMemory };
+            let Some(slice) = self.scratch(op, range.len()) else {
+                return Planned::NoMemory;
+            };
             image.parity[which] = Some(slice);
         }
         let mut parity_out = [None; 2];
         if parity_outputs {
             for slot in parity_out.iter_mut().take(parity_chunks) {
-                let Some(slice) = self.scratch(op, range.len()) else { return Planned::NoMemory };
+                let Some(slice) = self.scratch(op, range.len()) else {
+                    return Planned::NoMemory;
+                };
                 *slot = Some(slice);
             }
         }
         let mut reads = Vec::new();
         for index in (0..data_chunks).filter(|&index| data_readable[index]) {
-            let (member, offset) = self.readable_column(op, Column::Data(index)).expect("readable column");
-            reads.push((member, offset + range.start_bytes, image.data[index].expect("buffer")));
+            let (member, offset) = self
+                .readable_column(op, Column::Data(index))
+                .expect("readable column");
+            reads.push((
+                member,
+                offset + range.start_bytes,
+                image.data[index].expect("buffer"),
+            ));
         }
         for &which in used_parity {
-            let (member, offset) = self.readable_column(op, Column::Parity(which)).expect("readable column");
-            reads.push((member, offset + range.start_bytes, image.parity[which].expect("buffer")));
+            let (member, offset) = self
+                .readable_column(op, Column::Parity(which))
+                .expect("readable column");
+            reads.push((
+                member,
+                offset + range.start_bytes,
+                image.parity[which].expect("buffer"),
+            ));
         }
         for (member, offset_bytes, buffer) in reads {
-            self.op_issue(id, op, member, MemberOp::Read { offset_bytes, buffer });
+            self.op_issue(
+                id,
+                op,
+                member,
+                MemberOp::Read {
+                    offset_bytes,
+                    buffer,
+                },
+            );
         }
-        op.work = Work::Chunk { image, source: None, parity_out };
+        op.work = Work::Chunk {
+            image,
+            source: None,
+            parity_out,
+        };
         Planned::Go
     }
 
@@ -467,7 +595,9 @@ impl Engine {
         let mut parity_writable = [false; 2];
         for which in 0..parity_chunks {
             parity_readable[which] = self.readable_column(op, Column::Parity(which)).is_some();
-            parity_writable[which] = !self.column_writers(op.stripe, Column::Parity(which)).is_empty();
+            parity_writable[which] = !self
+                .column_writers(op.stripe, Column::Parity(which))
+                .is_empty();
         }
         let shape = StripeWrite {
             written: &written[..data_chunks],
@@ -480,7 +610,9 @@ impl Engine {
             Err(PlanError::BeyondRedundancy) => return Planned::BeyondRedundancy,
         };
         let range = plan.parity_range;
-        let Kind::Write { fragments } = &op.kind else { unreachable!() };
+        let Kind::Write { fragments } = &op.kind else {
+            unreachable!()
+        };
         let fragments = fragments.clone();
         let mut data: [Option<(BufferSlice, u64)>; MAX_MEMBERS] = [None; MAX_MEMBERS];
         let mut parity_old = [None; 2];
@@ -491,27 +623,37 @@ impl Engine {
             WriteStrategy::ReconstructWrite => {
                 for index in 0..data_chunks {
                     let single = fragments.iter().filter(|f| f.index == index).count() == 1
-                        && fragments.iter().any(|f| f.index == index && f.range == range);
+                        && fragments
+                            .iter()
+                            .any(|f| f.index == index && f.range == range);
                     if !single {
-                        let Some(slice) = self.scratch(op, range.len()) else { return Planned::NoMemory };
+                        let Some(slice) = self.scratch(op, range.len()) else {
+                            return Planned::NoMemory;
+                        };
                         data[index] = Some((slice, range.start_bytes));
                     }
                 }
                 for slot in parity_new.iter_mut().take(parity_chunks) {
-                    let Some(slice) = self.scratch(op, range.len()) else { return Planned::NoMemory };
+                    let Some(slice) = self.scratch(op, range.len()) else {
+                        return Planned::NoMemory;
+                    };
                     *slot = Some(slice);
                 }
             }
             WriteStrategy::ReadModifyWrite => {
                 for index in 0..data_chunks {
                     if let Some(w) = written[index] {
-                        let Some(slice) = self.scratch(op, w.len()) else { return Planned::NoMemory };
+                        let Some(slice) = self.scratch(op, w.len()) else {
+                            return Planned::NoMemory;
+                        };
                         data[index] = Some((slice, w.start_bytes));
                     }
                 }
                 for which in 0..parity_chunks {
                     if parity_writable[which] || which == 0 {
-                        let Some(slice) = self.scratch(op, range.len()) else { return Planned::NoMemory };
+                        let Some(slice) = self.scratch(op, range.len()) else {
+                            return Planned::NoMemory;
+                        };
                         parity_old[which] = Some(slice);
                     }
                 }
@@ -527,7 +669,12 @@ impl Engine {
                     Planned::Go => {}
                     other => return other,
                 }
-                let Work::Chunk { image: planned, parity_out, .. } = std::mem::replace(&mut op.work, Work::None) else {
+                let Work::Chunk {
+                    image: planned,
+                    parity_out,
+                    ..
+                } = std::mem::replace(&mut op.work, Work::None)
+                else {
                     unreachable!("plan_image leaves a chunk image")
                 };
                 image = planned;
@@ -549,47 +696,87 @@ impl Engine {
                     }
                     PlanColumn::Parity(which) => {
                         let buffer = parity_old[*which].expect("parity read target");
-                        buffer.sub((piece.start_bytes - range.start_bytes) as usize, piece.len() as usize)
+                        buffer.sub(
+                            (piece.start_bytes - range.start_bytes) as usize,
+                            piece.len() as usize,
+                        )
                     }
                 };
-                self.op_issue(id, op, member, MemberOp::Read { offset_bytes: offset + piece.start_bytes, buffer: target });
+                self.op_issue(
+                    id,
+                    op,
+                    member,
+                    MemberOp::Read {
+                        offset_bytes: offset + piece.start_bytes,
+                        buffer: target,
+                    },
+                );
             }
         }
         match plan.strategy {
-            WriteStrategy::ReconstructWrite if plan.reads.is_empty() && range.len() == self.geometry.chunk_bytes() => {
+            WriteStrategy::ReconstructWrite
+                if plan.reads.is_empty() && range.len() == self.geometry.chunk_bytes() =>
+            {
                 self.counters.full_stripe_writes += 1;
             }
             WriteStrategy::ReconstructWrite => self.counters.reconstruct_writes += 1,
             WriteStrategy::ReadModifyWrite => self.counters.read_modify_writes += 1,
             _ => {}
         }
-        op.work = Work::ParityWrite { strategy: plan.strategy, range, data, parity_old, parity_new, image };
+        op.work = Work::ParityWrite {
+            strategy: plan.strategy,
+            range,
+            data,
+            parity_old,
+            parity_new,
+            image,
+        };
         Planned::Go
     }
 
     fn plan_mirror_recover(&mut self, id: OpId, op: &mut StripeOp) -> Planned {
-        let Kind::Recover { pieces } = &op.kind else { unreachable!() };
+        let Kind::Recover { pieces } = &op.kind else {
+            unreachable!()
+        };
         let pieces = pieces.clone();
         let mut reads = Vec::new();
         for piece in &pieces {
             let exclude = op.unreadable | piece.repair_member.map_or(0, |m| 1 << m);
-            match self.data_reader(op.stripe, piece.piece.index, piece.piece.within_bytes, false, exclude) {
+            match self.data_reader(
+                op.stripe,
+                piece.piece.index,
+                piece.piece.within_bytes,
+                false,
+                exclude,
+            ) {
                 Some((member, offset_bytes)) => reads.push((member, offset_bytes, piece.target)),
                 None => return Planned::BeyondRedundancy,
             }
         }
         for (member, offset_bytes, buffer) in reads {
-            self.op_issue(id, op, member, MemberOp::Read { offset_bytes, buffer });
+            self.op_issue(
+                id,
+                op,
+                member,
+                MemberOp::Read {
+                    offset_bytes,
+                    buffer,
+                },
+            );
         }
         op.work = Work::None;
         Planned::Go
     }
 
     fn plan_rebuild(&mut self, id: OpId, op: &mut StripeOp) -> Planned {
-        let Kind::Rebuild { target, column, .. } = op.kind else { unreachable!() };
+        let Kind::Rebuild { target, column, .. } = op.kind else {
+            unreachable!()
+        };
         let chunk = ChunkRange::new(0, self.geometry.chunk_bytes());
         // A proactive replace copies from the live member it replaces.
-        let role = self.members.list[target].role.expect("rebuild target has a role");
+        let role = self.members.list[target]
+            .role
+            .expect("rebuild target has a role");
         let placement_offset = match column {
             Column::Data(index) => {
                 let copies = self.geometry.copies();
@@ -599,14 +786,25 @@ impl Engine {
                     .expect("target role holds the column")
                     .offset_bytes
             }
-            Column::Parity(which) => self.geometry.parity_placement(op.stripe, which).offset_bytes,
+            Column::Parity(which) => {
+                self.geometry
+                    .parity_placement(op.stripe, which)
+                    .offset_bytes
+            }
         };
-        let old_holder = self.members.reader(role, placement_offset).filter(|&member| member != target && op.unreadable & (1 << member) == 0);
+        let old_holder = self
+            .members
+            .reader(role, placement_offset)
+            .filter(|&member| member != target && op.unreadable & (1 << member) == 0);
         if self.geometry.copies() > 1 || old_holder.is_some() {
             let source = match old_holder {
-                Some(member) => Some((member, self.superblock.data_offset_bytes + placement_offset)),
+                Some(member) => {
+                    Some((member, self.superblock.data_offset_bytes + placement_offset))
+                }
                 None => {
-                    let Column::Data(index) = column else { unreachable!("mirrors have no parity") };
+                    let Column::Data(index) = column else {
+                        unreachable!("mirrors have no parity")
+                    };
                     self.data_reader(op.stripe, index, 0, false, op.unreadable | (1 << target))
                 }
             };
@@ -617,9 +815,23 @@ impl Engine {
                 };
                 return Planned::BeyondRedundancy;
             };
-            let Some(buffer) = self.scratch(op, chunk.len()) else { return Planned::NoMemory };
-            self.op_issue(id, op, member, MemberOp::Read { offset_bytes, buffer });
-            op.work = Work::Chunk { image: Image::default(), source: Some((buffer, member)), parity_out: [None; 2] };
+            let Some(buffer) = self.scratch(op, chunk.len()) else {
+                return Planned::NoMemory;
+            };
+            self.op_issue(
+                id,
+                op,
+                member,
+                MemberOp::Read {
+                    offset_bytes,
+                    buffer,
+                },
+            );
+            op.work = Work::Chunk {
+                image: Image::default(),
+                source: Some((buffer, member)),
+                parity_out: [None; 2],
+            };
             return Planned::Go;
         }
         match column {
@@ -633,16 +845,33 @@ impl Engine {
         if self.geometry.copies() > 1 {
             // Mirrors: the first readable copy is the truth (reads of unsynced regions use it
             // too), copied onto the others.
-            let Some((member, offset_bytes)) = self.data_reader(op.stripe, 0, 0, true, op.unreadable) else {
+            let Some((member, offset_bytes)) =
+                self.data_reader(op.stripe, 0, 0, true, op.unreadable)
+            else {
                 return Planned::BeyondRedundancy;
             };
-            let Some(buffer) = self.scratch(op, chunk.len()) else { return Planned::NoMemory };
-            self.op_issue(id, op, member, MemberOp::Read { offset_bytes, buffer });
-            op.work = Work::Chunk { image: Image::default(), source: Some((buffer, member)), parity_out: [None; 2] };
+            let Some(buffer) = self.scratch(op, chunk.len()) else {
+                return Planned::NoMemory;
+            };
+            self.op_issue(
+                id,
+                op,
+                member,
+                MemberOp::Read {
+                    offset_bytes,
+                    buffer,
+                },
+            );
+            op.work = Work::Chunk {
+                image: Image::default(),
+                source: Some((buffer, member)),
+                parity_out: [None; 2],
+            };
             return Planned::Go;
         }
         let data_chunks = self.geometry.data_chunks();
-        let any_lost = (0..data_chunks).any(|index| self.readable_column(op, Column::Data(index)).is_none());
+        let any_lost =
+            (0..data_chunks).any(|index| self.readable_column(op, Column::Data(index)).is_none());
         if self.geometry.parity_chunks() == 0 || any_lost {
             // No parity, or a lost data chunk that cannot be checked against parity: leave the
             // stripe as it is (and the region unsynced, so nothing trusts its parity).
@@ -665,17 +894,30 @@ impl Engine {
     fn image_recover(&mut self, image: &Image) {
         if let Some(recovery) = image.recovery {
             let data_chunks = self.geometry.data_chunks();
-            let data: Vec<BufferSlice> = image.data[..data_chunks].iter().map(|slot| slot.expect("image buffer")).collect();
+            let data: Vec<BufferSlice> = image.data[..data_chunks]
+                .iter()
+                .map(|slot| slot.expect("image buffer"))
+                .collect();
             self.recover_data(recovery, &data, image.parity[0], image.parity[1]);
         }
     }
 
     fn compute_write(&mut self, id: OpId, op: &mut StripeOp) {
-        let Kind::Write { fragments } = &op.kind else { unreachable!() };
+        let Kind::Write { fragments } = &op.kind else {
+            unreachable!()
+        };
         let fragments = fragments.clone();
         let work = std::mem::replace(&mut op.work, Work::None);
         let mut parity_writes: Vec<(usize, BufferSlice, u64)> = Vec::new();
-        if let Work::ParityWrite { strategy, range, data, parity_old, parity_new, image } = work {
+        if let Work::ParityWrite {
+            strategy,
+            range,
+            data,
+            parity_old,
+            parity_new,
+            image,
+        } = work
+        {
             let data_chunks = self.geometry.data_chunks();
             match strategy {
                 WriteStrategy::DataOnly => {}
@@ -686,25 +928,36 @@ impl Engine {
                     let mut sources = Vec::with_capacity(data_chunks);
                     for index in 0..data_chunks {
                         let scratch = match strategy {
-                            WriteStrategy::RecoverThenWrite => Some((image.data[index].expect("image"), range.start_bytes)),
+                            WriteStrategy::RecoverThenWrite => {
+                                Some((image.data[index].expect("image"), range.start_bytes))
+                            }
                             _ => data[index],
                         };
                         match scratch {
                             Some((buffer, base)) => {
                                 for fragment in fragments.iter().filter(|f| f.index == index) {
-                                    let at = buffer.sub((fragment.range.start_bytes - base) as usize, fragment.range.len() as usize);
+                                    let at = buffer.sub(
+                                        (fragment.range.start_bytes - base) as usize,
+                                        fragment.range.len() as usize,
+                                    );
                                     self.copy_slice(fragment.buffer, at);
                                 }
                                 sources.push(buffer);
                             }
                             None => {
-                                let fragment = fragments.iter().find(|f| f.index == index).expect("single fragment");
+                                let fragment = fragments
+                                    .iter()
+                                    .find(|f| f.index == index)
+                                    .expect("single fragment");
                                 sources.push(fragment.buffer);
                             }
                         }
                     }
                     let parity_chunks = self.geometry.parity_chunks();
-                    let outputs: Vec<BufferSlice> = parity_new[..parity_chunks].iter().map(|p| p.expect("parity buffer")).collect();
+                    let outputs: Vec<BufferSlice> = parity_new[..parity_chunks]
+                        .iter()
+                        .map(|p| p.expect("parity buffer"))
+                        .collect();
                     self.generate_parity(&sources, &outputs);
                     for (which, buffer) in outputs.into_iter().enumerate() {
                         parity_writes.push((which, buffer, range.start_bytes));
@@ -713,21 +966,39 @@ impl Engine {
                 WriteStrategy::ReadModifyWrite => {
                     let parity_chunks = self.geometry.parity_chunks();
                     let writable: Vec<bool> = (0..parity_chunks)
-                        .map(|which| !self.column_writers(op.stripe, Column::Parity(which)).is_empty())
+                        .map(|which| {
+                            !self
+                                .column_writers(op.stripe, Column::Parity(which))
+                                .is_empty()
+                        })
                         .collect();
                     for fragment in &fragments {
                         let (old, base) = data[fragment.index].expect("old data read");
-                        let old = old.sub((fragment.range.start_bytes - base) as usize, fragment.range.len() as usize);
+                        let old = old.sub(
+                            (fragment.range.start_bytes - base) as usize,
+                            fragment.range.len() as usize,
+                        );
                         let at = (fragment.range.start_bytes - range.start_bytes) as usize;
                         let len = fragment.range.len() as usize;
-                        let p = parity_old[0].filter(|_| writable[0]).map(|p| p.sub(at, len));
-                        let q = if parity_chunks == 2 { parity_old[1].filter(|_| writable[1]).map(|q| q.sub(at, len)) } else { None };
+                        let p = parity_old[0]
+                            .filter(|_| writable[0])
+                            .map(|p| p.sub(at, len));
+                        let q = if parity_chunks == 2 {
+                            parity_old[1]
+                                .filter(|_| writable[1])
+                                .map(|q| q.sub(at, len))
+                        } else {
+                            None
+                        };
                         let scratch_p = parity_old[0].map(|p| p.sub(at, len));
                         self.update_parity(fragment.index, old, fragment.buffer, p, q, scratch_p);
                     }
                     for (which, &is_writable) in writable.iter().enumerate() {
-                        if is_writable {
-                            parity_writes.push((which, parity_old[which].expect("old parity"), range.start_bytes));
+                        // A parity member that came into sync while this write ran (a rebuild
+                        // passing a region trimmed meanwhile) was not read, so it cannot be
+                        // updated; the region reads as zeroes and is zero-filled before reuse.
+                        if let Some(old) = parity_old[which].filter(|_| is_writable) {
+                            parity_writes.push((which, old, range.start_bytes));
                         }
                     }
                 }
@@ -735,19 +1006,32 @@ impl Engine {
         }
         for fragment in &fragments {
             for (member, offset) in self.column_writers(op.stripe, Column::Data(fragment.index)) {
-                let command = MemberOp::Write { offset_bytes: offset + fragment.range.start_bytes, buffer: fragment.buffer };
+                let command = MemberOp::Write {
+                    offset_bytes: offset + fragment.range.start_bytes,
+                    buffer: fragment.buffer,
+                };
                 self.op_issue(id, op, member, command);
             }
         }
         for (which, buffer, start) in parity_writes {
             for (member, offset) in self.column_writers(op.stripe, Column::Parity(which)) {
-                self.op_issue(id, op, member, MemberOp::Write { offset_bytes: offset + start, buffer });
+                self.op_issue(
+                    id,
+                    op,
+                    member,
+                    MemberOp::Write {
+                        offset_bytes: offset + start,
+                        buffer,
+                    },
+                );
             }
         }
     }
 
     fn compute_recover(&mut self, id: OpId, op: &mut StripeOp) {
-        let Kind::Recover { pieces } = &op.kind else { unreachable!() };
+        let Kind::Recover { pieces } = &op.kind else {
+            unreachable!()
+        };
         let pieces = pieces.clone();
         let work = std::mem::replace(&mut op.work, Work::None);
         if let Work::Chunk { image, .. } = &work {
@@ -755,32 +1039,64 @@ impl Engine {
             let range = image.range.expect("image range");
             for piece in &pieces {
                 let source = image.data[piece.piece.index].expect("image buffer");
-                let from = source.sub((piece.piece.within_bytes - range.start_bytes) as usize, piece.piece.len_bytes as usize);
+                let from = source.sub(
+                    (piece.piece.within_bytes - range.start_bytes) as usize,
+                    piece.piece.len_bytes as usize,
+                );
                 self.copy_slice(from, piece.target);
             }
         }
         // Rewrite what a member failed to read, from the recovered data: a latent sector error
         // is repaired (or, if the write fails too, the member fails).
         for piece in &pieces {
-            let Some(member) = piece.repair_member else { continue };
+            let Some(member) = piece.repair_member else {
+                continue;
+            };
             if self.members.list[member].is_failed() {
                 continue;
             }
             let writers = self.column_writers(op.stripe, Column::Data(piece.piece.index));
             if let Some(&(_, offset)) = writers.iter().find(|(writer, _)| *writer == member) {
                 let offset_bytes = offset + piece.piece.within_bytes;
-                self.op_issue(id, op, member, MemberOp::Write { offset_bytes, buffer: piece.target });
+                self.op_issue(
+                    id,
+                    op,
+                    member,
+                    MemberOp::Write {
+                        offset_bytes,
+                        buffer: piece.target,
+                    },
+                );
                 self.counters.repaired_reads += 1;
-                self.emit_event(GroupEvent::ReadErrorRepaired { member, offset_bytes, len_bytes: piece.piece.len_bytes });
+                self.emit_event(GroupEvent::ReadErrorRepaired {
+                    member,
+                    offset_bytes,
+                    len_bytes: piece.piece.len_bytes,
+                });
             }
         }
         op.work = work;
     }
 
     fn compute_rebuild(&mut self, id: OpId, op: &mut StripeOp) {
-        let Kind::Rebuild { target, column, target_offset_bytes, .. } = op.kind else { unreachable!() };
+        let Kind::Rebuild {
+            target,
+            column,
+            target_offset_bytes,
+            ..
+        } = op.kind
+        else {
+            unreachable!()
+        };
         let work = std::mem::replace(&mut op.work, Work::None);
-        let Work::Chunk { image, source, parity_out } = &work else { unreachable!("rebuild plans a chunk") };
+        let Work::Chunk {
+            image,
+            source,
+            parity_out,
+        } = &work
+        else {
+            unreachable!("rebuild plans a chunk")
+        };
         let content = match (source, column) {
             (Some((buffer, _)), _) => *buffer,
             (None, Column::Data(index)) => {
@@ -790,14 +1106,28 @@ impl Engine {
             (None, Column::Parity(which)) => {
                 self.image_recover(image);
                 let data_chunks = self.geometry.data_chunks();
-                let data: Vec<BufferSlice> = image.data[..data_chunks].iter().map(|slot| slot.expect("image")).collect();
-                let outputs: Vec<BufferSlice> = parity_out[..self.geometry.parity_chunks()].iter().map(|p| p.expect("out")).collect();
+                let data: Vec<BufferSlice> = image.data[..data_chunks]
+                    .iter()
+                    .map(|slot| slot.expect("image"))
+                    .collect();
+                let outputs: Vec<BufferSlice> = parity_out[..self.geometry.parity_chunks()]
+                    .iter()
+                    .map(|p| p.expect("out"))
+                    .collect();
                 self.generate_parity(&data, &outputs);
                 outputs[which]
             }
         };
         if !self.members.list[target].is_failed() {
-            self.op_issue(id, op, target, MemberOp::Write { offset_bytes: target_offset_bytes, buffer: content });
+            self.op_issue(
+                id,
+                op,
+                target,
+                MemberOp::Write {
+                    offset_bytes: target_offset_bytes,
+                    buffer: content,
+                },
+            );
         }
         op.work = work;
     }
@@ -806,21 +1136,48 @@ impl Engine {
         let work = std::mem::replace(&mut op.work, Work::None);
         match &work {
             Work::None => {}
-            Work::Chunk { source: Some((buffer, source)), .. } => {
+            Work::Chunk {
+                source: Some((buffer, source)),
+                ..
+            } => {
                 for (member, offset) in self.column_writers(op.stripe, Column::Data(0)) {
                     if member != *source {
-                        self.op_issue(id, op, member, MemberOp::Write { offset_bytes: offset, buffer: *buffer });
+                        self.op_issue(
+                            id,
+                            op,
+                            member,
+                            MemberOp::Write {
+                                offset_bytes: offset,
+                                buffer: *buffer,
+                            },
+                        );
                     }
                 }
             }
-            Work::Chunk { image, parity_out, .. } => {
+            Work::Chunk {
+                image, parity_out, ..
+            } => {
                 let data_chunks = self.geometry.data_chunks();
-                let data: Vec<BufferSlice> = image.data[..data_chunks].iter().map(|slot| slot.expect("image")).collect();
-                let outputs: Vec<BufferSlice> = parity_out[..self.geometry.parity_chunks()].iter().map(|p| p.expect("out")).collect();
+                let data: Vec<BufferSlice> = image.data[..data_chunks]
+                    .iter()
+                    .map(|slot| slot.expect("image"))
+                    .collect();
+                let outputs: Vec<BufferSlice> = parity_out[..self.geometry.parity_chunks()]
+                    .iter()
+                    .map(|p| p.expect("out"))
+                    .collect();
                 self.generate_parity(&data, &outputs);
                 for (which, buffer) in outputs.into_iter().enumerate() {
                     for (member, offset) in self.column_writers(op.stripe, Column::Parity(which)) {
-                        self.op_issue(id, op, member, MemberOp::Write { offset_bytes: offset, buffer });
+                        self.op_issue(
+                            id,
+                            op,
+                            member,
+                            MemberOp::Write {
+                                offset_bytes: offset,
+                                buffer,
+                            },
+                        );
                     }
                 }
             }
@@ -833,7 +1190,9 @@ impl Engine {
     fn beyond_redundancy(&mut self, op: &mut StripeOp) {
         op.lost_data = true;
         match op.kind {
-            Kind::Rebuild { .. } if self.members.group_state(&self.geometry) != GroupState::Failed => {
+            Kind::Rebuild { .. }
+                if self.members.group_state(&self.geometry) != GroupState::Failed =>
+            {
                 // Only the unrecoverable chunks of this stripe are lost: record them and let the
                 // rebuild go on.
                 let chunk = self.geometry.chunk_bytes();
@@ -841,7 +1200,10 @@ impl Engine {
                 for index in 0..self.geometry.data_chunks() {
                     if op.lost_mask & (1 << index) != 0 {
                         let offset_bytes = stripe_offset + index as u64 * chunk;
-                        self.record_bad_range(BadRange { offset_bytes, len_bytes: chunk });
+                        self.record_bad_range(BadRange {
+                            offset_bytes,
+                            len_bytes: chunk,
+                        });
                     }
                 }
             }
@@ -853,38 +1215,57 @@ impl Engine {
     /// Records group data that is lost; reads of it fail from now on.
     pub(super) fn record_bad_range(&mut self, range: BadRange) {
         let bad = &mut self.superblock.bad_ranges;
-        if bad.iter().any(|existing| existing.offset_bytes <= range.offset_bytes && range.offset_bytes + range.len_bytes <= existing.offset_bytes + existing.len_bytes) {
+        if bad.iter().any(|existing| {
+            existing.offset_bytes <= range.offset_bytes
+                && range.offset_bytes + range.len_bytes
+                    <= existing.offset_bytes + existing.len_bytes
+        }) {
             return;
         }
         if bad.len() == crate::superblock::MAX_BAD_RANGES {
             // The table is full: widen the last entry to cover the new range too.
             let last = bad.last_mut().expect("full table");
-            let end = (last.offset_bytes + last.len_bytes).max(range.offset_bytes + range.len_bytes);
+            let end =
+                (last.offset_bytes + last.len_bytes).max(range.offset_bytes + range.len_bytes);
             last.offset_bytes = last.offset_bytes.min(range.offset_bytes);
             last.len_bytes = end - last.offset_bytes;
         } else {
             bad.push(range);
             bad.sort();
         }
-        self.emit_event(GroupEvent::DataLost { offset_bytes: range.offset_bytes, len_bytes: range.len_bytes });
+        self.emit_event(GroupEvent::DataLost {
+            offset_bytes: range.offset_bytes,
+            len_bytes: range.len_bytes,
+        });
         self.request_superblock_update();
     }
 
     /// Whether a host range overlaps recorded lost data.
     pub(super) fn overlaps_bad(&self, offset_bytes: u64, len_bytes: u64) -> bool {
-        self.superblock
-            .bad_ranges
-            .iter()
-            .any(|bad| bad.offset_bytes < offset_bytes + len_bytes && offset_bytes < bad.offset_bytes + bad.len_bytes)
+        self.superblock.bad_ranges.iter().any(|bad| {
+            bad.offset_bytes < offset_bytes + len_bytes
+                && offset_bytes < bad.offset_bytes + bad.len_bytes
+        })
     }
 
     fn finish_op(&mut self, id: OpId, op: &mut StripeOp) {
         self.free_scratch(op);
         let failed = self.members.group_state(&self.geometry) == GroupState::Failed;
-        let result = if op.lost_data || failed { Err(HostError::Io) } else { Ok(()) };
+        let result = if op.lost_data || failed {
+            Err(HostError::Io)
+        } else {
+            Ok(())
+        };
         if op.entered {
-            let wrote = matches!(op.kind, Kind::Write { .. } | Kind::Resync | Kind::Rebuild { .. });
-            self.regions.leave(op.region, self.now_us, wrote.then_some(self.config.dirty_clear_delay_us));
+            let wrote = matches!(
+                op.kind,
+                Kind::Write { .. } | Kind::Resync | Kind::Rebuild { .. }
+            );
+            self.regions.leave(
+                op.region,
+                self.now_us,
+                wrote.then_some(self.config.dirty_clear_delay_us),
+            );
         }
         if let Some(next) = self.locks.release(op.stripe, id) {
             let next_op = self.ops.get_mut(next).expect("queued op is live");
@@ -924,7 +1305,8 @@ impl Engine {
         self.superblock.bad_ranges.retain(|bad| {
             !fragments.iter().any(|f| {
                 let start = stripe_offset + f.index as u64 * chunk + f.range.start_bytes;
-                start <= bad.offset_bytes && bad.offset_bytes + bad.len_bytes <= start + f.range.len()
+                start <= bad.offset_bytes
+                    && bad.offset_bytes + bad.len_bytes <= start + f.range.len()
             })
         });
         if self.superblock.bad_ranges.len() != before {

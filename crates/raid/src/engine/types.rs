@@ -24,7 +24,11 @@ pub enum HostOp {
     Read { offset_bytes: u64, len_bytes: u64 },
     /// Write the contents of `buffer` (allocated from the engine's pool, its whole length);
     /// the engine frees it. With `fua`, the reply waits until the write is durable.
-    Write { offset_bytes: u64, buffer: BufferId, fua: bool },
+    Write {
+        offset_bytes: u64,
+        buffer: BufferId,
+        fua: bool,
+    },
     /// Make every write completed before this request durable.
     Flush,
     /// The host no longer needs the range. Whole regions become unwritten (read as zeroes);
@@ -33,7 +37,13 @@ pub enum HostOp {
     /// Make the range read as zeroes. `may_deallocate` allows dropping whole regions instead
     /// of writing zeroes; `fast_only` refuses (with `HostError::NotFast`) when that is not
     /// possible for all of the range.
-    WriteZeroes { offset_bytes: u64, len_bytes: u64, may_deallocate: bool, fast_only: bool, fua: bool },
+    WriteZeroes {
+        offset_bytes: u64,
+        len_bytes: u64,
+        may_deallocate: bool,
+        fast_only: bool,
+        fua: bool,
+    },
 }
 
 /// The answer to a host request.
@@ -86,9 +96,15 @@ pub enum MemberError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemberOp {
     /// Read `buffer.len()` bytes at `offset_bytes` of the member device into `buffer`.
-    Read { offset_bytes: u64, buffer: BufferSlice },
+    Read {
+        offset_bytes: u64,
+        buffer: BufferSlice,
+    },
     /// Write `buffer` at `offset_bytes` of the member device.
-    Write { offset_bytes: u64, buffer: BufferSlice },
+    Write {
+        offset_bytes: u64,
+        buffer: BufferSlice,
+    },
     /// Durability barrier: every write to this member completed before it is durable when it
     /// completes.
     Flush,
@@ -117,13 +133,21 @@ pub enum GroupEvent {
     /// The group's state changed.
     StateChanged { from: GroupState, to: GroupState },
     /// A member failed and holds no data until rebuilt.
-    MemberFailed { member: usize, uuid: Uuid, reason: FailReason },
+    MemberFailed {
+        member: usize,
+        uuid: Uuid,
+        reason: FailReason,
+    },
     /// A member is being rebuilt into a role.
     RebuildStarted { member: usize, role: usize },
     /// A rebuild finished; the member is in sync.
     RebuildFinished { member: usize, role: usize },
     /// A read error was repaired by rewriting data recovered from redundancy.
-    ReadErrorRepaired { member: usize, offset_bytes: u64, len_bytes: u64 },
+    ReadErrorRepaired {
+        member: usize,
+        offset_bytes: u64,
+        len_bytes: u64,
+    },
     /// Data of the group lost beyond redundancy; reads of the range fail.
     DataLost { offset_bytes: u64, len_bytes: u64 },
     /// Resync after an unclean shutdown finished.
@@ -245,8 +269,14 @@ impl fmt::Display for AdminError {
         match self {
             AdminError::NoSuchRole(role) => write!(f, "the group has no role {role}"),
             AdminError::GroupFailed => write!(f, "the group has failed"),
-            AdminError::TooSmall { size_bytes, needed_bytes } => {
-                write!(f, "device of {size_bytes} bytes is smaller than the {needed_bytes} bytes a member needs")
+            AdminError::TooSmall {
+                size_bytes,
+                needed_bytes,
+            } => {
+                write!(
+                    f,
+                    "device of {size_bytes} bytes is smaller than the {needed_bytes} bytes a member needs"
+                )
             }
             AdminError::RebuildRunning => write!(f, "a rebuild is already running"),
             AdminError::AlreadyMember => write!(f, "the device is already a member"),

@@ -1,0 +1,38 @@
+//! A few hundred simulator seeds on every test run (the long run is `cargo xtask sim`), plus
+//! every seed that once failed, kept as a regression test.
+
+use tessera_sim::run_seed;
+
+/// Seeds that found bugs: each must pass forever.
+const REGRESSIONS: &[u64] = &[
+    1, 12, 15, 35, 53, 78, 81, 90, 99, 125, 141, 153, 175, 240, 1426, 1664, 2277, 2418, 2892, 3452,
+];
+
+fn check(seeds: impl IntoIterator<Item = u64>) {
+    let mut failures = Vec::new();
+    for seed in seeds {
+        let outcome = run_seed(seed);
+        if let Err(error) = outcome.result {
+            failures.push(format!("seed {seed}: {error}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "failing seeds (replay with `cargo xtask sim --seed S`):\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn regression_seeds() {
+    check(REGRESSIONS.iter().copied());
+}
+
+#[test]
+fn a_batch_of_seeds() {
+    let count: u64 = std::env::var("TESSERA_SIM_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    check(10_000..10_000 + count);
+}
