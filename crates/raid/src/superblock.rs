@@ -592,3 +592,154 @@ impl Reader<'_> {
         u64::from_le_bytes(self.bytes(at, 8).try_into().expect("8 bytes"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Superblock {
+        Superblock {
+            group_uuid: Uuid([7; 16]),
+            member_uuid: Uuid([1; 16]),
+            generation: 3,
+            created_unix_seconds: 1,
+            level: Level::Raid5,
+            member_count: 3,
+            chunk_bytes: 4096,
+            member_data_bytes: 1 << 20,
+            data_offset_bytes: 1 << 20,
+            bitmap_offset_bytes: METADATA_AREA_OFFSET,
+            bitmap_slot_bytes: 4096,
+            region_bytes: 8192 * 4,
+            journal_offset_bytes: METADATA_AREA_OFFSET + 8192,
+            journal_bytes: 256 << 10,
+            journal_mode: JournalMode::AlwaysOff,
+            clean: false,
+            rebuild_rate_percent: 30,
+            name: "dg".into(),
+            members: (1..=3)
+                .map(|n| MemberRecord {
+                    uuid: Uuid([n; 16]),
+                    size_bytes: 4 << 20,
+                    role: Some(n - 1),
+                    state: MemberRecordState::Active,
+                    rebuild_position_bytes: 0,
+                    replacing: false,
+                })
+                .collect(),
+            bad_ranges: Vec::new(),
+            config: b"{}".to_vec(),
+        }
+    }
+
+    /// Re-seals an edited image so only the edited field is wrong.
+    fn reseal(image: &mut [u8]) {
+        image[12..16].fill(0);
+        let crc = crc32c::crc32c(image);
+        image[12..16].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    #[test]
+    fn round_trip() {
+        let superblock = sample();
+        assert_eq!(Superblock::decode(&superblock.encode()), Ok(superblock));
+    }
+
+    #[test]
+    fn damage_is_detected() {
+        let image = sample().encode();
+        let mut torn = image.clone();
+        torn[9000] ^= 0x10;
+        assert_eq!(Superblock::decode(&torn), Err(SuperblockError::Checksum));
+        assert_eq!(
+            Superblock::decode(&image[..100]),
+            Err(SuperblockError::Truncated)
+        );
+        assert_eq!(
+            Superblock::decode(&[0u8; SUPERBLOCK_BYTES]),
+            Err(SuperblockError::NotTessera)
+        );
+        let mut future = image.clone();
+        future[8] = 9;
+        reseal(&mut future);
+        assert_eq!(
+            Superblock::decode(&future),
+            Err(SuperblockError::UnsupportedVersion(9))
+        );
+    }
+
+    #[test]
+    fn invalid_fields_are_refused() {
+        let cases: [(usize, u8, &str); 6] = [
+            (64, 7, "level"),
+            (128, 9, "journal_mode"),
+            (130, 0, "rebuild_rate_percent"),
+            (131, 200, "member_records"),
+            (256 + 24, 9, "member_role"),
+            (256 + 25, 0, "member_state"),
+        ];
+        for (offset, value, field) in cases {
+            let mut image = sample().encode();
+            image[offset] = value;
+            reseal(&mut image);
+            assert_eq!(
+                Superblock::decode(&image),
+                Err(SuperblockError::Invalid(field)),
+                "{field}"
+            );
+        }
+        let mut overlapping = sample();
+        overlapping.data_offset_bytes = METADATA_AREA_OFFSET;
+        assert_eq!(
+            Superblock::decode(&overlapping.encode()),
+            Err(SuperblockError::Invalid("data_offset_bytes"))
+        );
+        let mut two_holders = sample();
+        two_holders.members[1].role = Some(0);
+        assert_eq!(
+            Superblock::decode(&two_holders.encode()),
+            Err(SuperblockError::Invalid("member_role"))
+        );
+    }
+
+    #[test]
+    fn newest_valid_copy_wins() {
+        let old = sample();
+        let mut new = sample();
+        new.generation = 4;
+        let mut torn_new = new.encode();
+        torn_new[5000] ^= 1;
+        assert_eq!(
+            newest_copy(&old.encode(), &new.encode())
+                .unwrap()
+                .generation,
+            4
+        );
+        assert_eq!(newest_copy(&old.encode(), &torn_new).unwrap().generation, 3);
+        assert!(newest_copy(&torn_new, &torn_new).is_err());
+    }
+
+    proptest::proptest! {
+        /// Arbitrary bytes, sealed with a valid CRC so the field checks are reached, never
+        /// panic the decoder.
+        #[test]
+        fn random_images_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, SUPERBLOCK_BYTES), seal in proptest::bool::ANY) {
+            let mut image = bytes;
+            image[0..8].copy_from_slice(&MAGIC);
+            image[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+            if seal {
+                reseal(&mut image);
+            }
+            let _ = Superblock::decode(&image);
+        }
+
+        /// Single-byte edits of a valid image either decode or are refused, never panic.
+        #[test]
+        fn edited_images_never_panic(offset in 16usize..SUPERBLOCK_BYTES, value in proptest::num::u8::ANY) {
+            let mut image = sample().encode();
+            image[offset] = value;
+            reseal(&mut image);
+            let _ = Superblock::decode(&image);
+        }
+    }
+}

@@ -147,6 +147,9 @@ pub(crate) struct StripeOp {
     lost_mask: u64,
     /// A resync that had to leave its stripe unsynced (a data chunk is unreadable).
     skipped: bool,
+    /// A rebuild that lost data beyond redundancy is zeroing the lost chunks and making parity
+    /// agree with what is left, so the stripe's redundancy stays usable for the rest.
+    salvaging: bool,
 }
 
 impl StripeOp {
@@ -166,6 +169,7 @@ impl StripeOp {
             lost_data: false,
             lost_mask: 0,
             skipped: false,
+            salvaging: false,
         }
     }
 
@@ -325,7 +329,13 @@ impl Engine {
                     Planned::BeyondRedundancy => {
                         self.free_scratch(op);
                         self.beyond_redundancy(op);
-                        op.stage = Stage::Done;
+                        let failed = self.members.group_state(&self.geometry) == GroupState::Failed;
+                        if matches!(op.kind, Kind::Rebuild { .. }) && !failed && !op.salvaging {
+                            op.salvaging = true;
+                            op.work = Work::None;
+                        } else {
+                            op.stage = Stage::Done;
+                        }
                     }
                 },
                 Stage::Reading => {
@@ -463,9 +473,68 @@ impl Engine {
                 }
                 self.plan_image(id, op, range, lost, None, false)
             }
+            Kind::Rebuild { .. } if op.salvaging => self.plan_salvage(id, op),
             Kind::Rebuild { .. } => self.plan_rebuild(id, op),
             Kind::Resync => self.plan_resync(id, op),
         }
+    }
+
+    /// Reads the data chunks that survive; the lost ones (`op.lost_mask`, plus any that fail
+    /// to read now) become zeroes and parity is recomputed over the result.
+    fn plan_salvage(&mut self, id: OpId, op: &mut StripeOp) -> Planned {
+        let chunk = ChunkRange::new(0, self.geometry.chunk_bytes());
+        let data_chunks = self.geometry.data_chunks();
+        for index in 0..data_chunks {
+            if self.readable_column(op, Column::Data(index)).is_none() {
+                op.lost_mask |= 1 << index;
+            }
+        }
+        if self.geometry.parity_chunks() == 0 {
+            op.work = Work::None;
+            return Planned::Go;
+        }
+        let mut image = Image {
+            range: Some(chunk),
+            ..Image::default()
+        };
+        for index in 0..data_chunks {
+            let Some(slice) = self.scratch(op, chunk.len()) else {
+                return Planned::NoMemory;
+            };
+            image.data[index] = Some(slice);
+        }
+        let mut parity_out = [None; 2];
+        for slot in parity_out.iter_mut().take(self.geometry.parity_chunks()) {
+            let Some(slice) = self.scratch(op, chunk.len()) else {
+                return Planned::NoMemory;
+            };
+            *slot = Some(slice);
+        }
+        for index in 0..data_chunks {
+            let buffer = image.data[index].expect("image buffer");
+            if op.lost_mask & (1 << index) != 0 {
+                self.pool.bytes_mut(buffer).fill(0);
+            } else {
+                let (member, offset_bytes) = self
+                    .readable_column(op, Column::Data(index))
+                    .expect("readable");
+                self.op_issue(
+                    id,
+                    op,
+                    member,
+                    MemberOp::Read {
+                        offset_bytes,
+                        buffer,
+                    },
+                );
+            }
+        }
+        op.work = Work::Chunk {
+            image,
+            source: None,
+            parity_out,
+        };
+        Planned::Go
     }
 
     /// Allocates an image of the stripe over `range` and reads what recovering the data
@@ -886,6 +955,7 @@ impl Engine {
         match &op.kind {
             Kind::Write { .. } => self.compute_write(id, op),
             Kind::Recover { .. } => self.compute_recover(id, op),
+            Kind::Rebuild { .. } if op.salvaging => self.compute_salvage(id, op),
             Kind::Rebuild { .. } => self.compute_rebuild(id, op),
             Kind::Resync => self.compute_resync(id, op),
         }
@@ -1073,6 +1143,74 @@ impl Engine {
                     offset_bytes,
                     len_bytes: piece.piece.len_bytes,
                 });
+            }
+        }
+        op.work = work;
+    }
+
+    /// Writes zeroes over the lost chunks and parity that matches the salvaged stripe, on every
+    /// member that holds them, the rebuild target included.
+    fn compute_salvage(&mut self, id: OpId, op: &mut StripeOp) {
+        let Kind::Rebuild {
+            target,
+            column: target_column,
+            target_offset_bytes,
+            ..
+        } = op.kind
+        else {
+            unreachable!()
+        };
+        let work = std::mem::replace(&mut op.work, Work::None);
+        let chunk = self.geometry.chunk_bytes() as usize;
+        let zeroes = BufferSlice::new(self.zero_buffer, 0, chunk);
+        let mut writes: Vec<(Column, BufferSlice)> = Vec::new();
+        let stripe_offset = self.geometry.stripe_offset_bytes(op.stripe);
+        for index in 0..self.geometry.data_chunks() {
+            if op.lost_mask & (1 << index) != 0 {
+                let offset_bytes = stripe_offset + index as u64 * chunk as u64;
+                self.record_bad_range(BadRange {
+                    offset_bytes,
+                    len_bytes: chunk as u64,
+                });
+                writes.push((Column::Data(index), zeroes));
+            }
+        }
+        if let Work::Chunk {
+            image, parity_out, ..
+        } = &work
+        {
+            let data_chunks = self.geometry.data_chunks();
+            let data: Vec<BufferSlice> = image.data[..data_chunks]
+                .iter()
+                .map(|slot| slot.expect("image"))
+                .collect();
+            let outputs: Vec<BufferSlice> = parity_out[..self.geometry.parity_chunks()]
+                .iter()
+                .map(|p| p.expect("out"))
+                .collect();
+            self.generate_parity(&data, &outputs);
+            writes.extend(
+                outputs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(which, buffer)| (Column::Parity(which), buffer)),
+            );
+        }
+        for (column, buffer) in writes {
+            let mut targets = self.column_writers(op.stripe, column);
+            if column == target_column && !self.members.list[target].is_failed() {
+                targets.push((target, target_offset_bytes));
+            }
+            for (member, offset_bytes) in targets {
+                self.op_issue(
+                    id,
+                    op,
+                    member,
+                    MemberOp::Write {
+                        offset_bytes,
+                        buffer,
+                    },
+                );
             }
         }
         op.work = work;
