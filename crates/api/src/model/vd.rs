@@ -1,0 +1,107 @@
+//! Virtual drives.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// How a thin virtual drive compresses its blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    /// Stored as written.
+    None,
+    /// LZ4: fast, moderate ratio.
+    Lz4,
+    /// Zstandard: slower, better ratio.
+    Zstd,
+}
+
+impl Compression {
+    /// Every choice.
+    pub const ALL: [Compression; 3] = [Compression::None, Compression::Lz4, Compression::Zstd];
+
+    /// The wire name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Lz4 => "lz4",
+            Compression::Zstd => "zstd",
+        }
+    }
+
+    /// The choice with this wire name.
+    pub fn parse(text: &str) -> Option<Compression> {
+        Compression::ALL.into_iter().find(|c| c.name() == text)
+    }
+}
+
+impl fmt::Display for Compression {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Capacity and efficiency figures of a thin virtual drive.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ThinStatsView {
+    /// Logical bytes holding data (written and not trimmed).
+    pub logical_used_bytes: u64,
+    /// Member bytes those take after compression (data only, before parity).
+    pub physical_used_bytes: u64,
+    /// Bytes written by hosts.
+    pub host_bytes_written: u64,
+    /// Bytes written to members on the drive's behalf (data, parity, metadata, cleaning).
+    pub member_bytes_written: u64,
+    /// `member_bytes_written / host_bytes_written`.
+    pub write_amplification: f64,
+    /// `logical_used_bytes / physical_used_bytes`.
+    pub compression_ratio: f64,
+    /// Blocks whose checksum did not match when read.
+    pub checksum_errors_detected: u64,
+    /// Of those, blocks rewritten from redundancy.
+    pub checksum_errors_repaired: u64,
+}
+
+/// A virtual drive, as `GET /v1/vds/{name}` answers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VdView {
+    /// The drive's name, also its NBD export name.
+    pub name: String,
+    /// The drive group it is carved from.
+    pub dg: u32,
+    /// Size seen by hosts.
+    pub size_bytes: u64,
+    /// Where the drive starts in the group's data space (thick drives; 0 for thin ones).
+    pub offset_bytes: u64,
+    /// The NBD URI to connect to.
+    pub nbd_uri: String,
+    /// NBD connections open now.
+    pub connections: u32,
+    /// Thin (log-structured, compressed) rather than thick.
+    pub thin: bool,
+    /// Compression of a thin drive.
+    #[serde(default)]
+    pub compression: Option<Compression>,
+    /// Capacity statistics of a thin drive.
+    #[serde(default)]
+    pub stats: Option<ThinStatsView>,
+}
+
+/// `POST /v1/vds`: create a virtual drive.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateVd {
+    /// The drive group to carve it from.
+    pub dg: u32,
+    /// The drive's name, also its NBD export name (`None`: the daemon names it `vd<N>`).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Size seen by hosts: a positive multiple of 512.
+    pub size_bytes: u64,
+    /// Thin (log-structured, compressed) rather than thick.
+    #[serde(default)]
+    pub thin: bool,
+    /// Compression of a thin drive (`None`: the daemon's default).
+    #[serde(default)]
+    pub compression: Option<Compression>,
+}

@@ -1,0 +1,349 @@
+//! The command line, as clap derives it: nouns (`pd`, `dg`, `vd`) then verbs. Values are parsed
+//! and checked here (see `values`), so a wrong argument never reaches the daemon.
+
+use std::path::PathBuf;
+
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use tessera_api::{Compression, DgRef, JournalMode, RaidLevel};
+
+use crate::values::{self, JournalChoice};
+
+/// Default management socket (also `TESSERA_API_SOCKET`).
+pub const DEFAULT_API_SOCKET: &str = "/run/tessera/api.sock";
+/// Default NBD socket (also `TESSERA_NBD_SOCKET`).
+pub const DEFAULT_NBD_SOCKET: &str = "/run/tessera/nbd.sock";
+/// Default state directory (also `TESSERA_STATE_DIR`).
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/tessera";
+
+/// Tessera: software RAID for NVMe drives, in user space.
+///
+/// Physical drives (pd) are pooled into drive groups (dg) protected by RAID 0, 1, 10, 5 or 6;
+/// virtual drives (vd) are carved from drive groups and served over NBD. `tessera serve` runs
+/// the daemon; every other command talks to it through its API socket.
+///
+/// Sizes take binary suffixes: 4096, 64K, 10G, 2T. Exit status: 0 done, 1 refused or failed by
+/// the daemon (or the daemon unreachable), 2 wrong command line (nothing was changed).
+#[derive(Debug, Parser)]
+#[command(name = "tessera", version, max_term_width = 100)]
+pub struct Cli {
+    /// The daemon's management API socket.
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        env = "TESSERA_API_SOCKET",
+        default_value = DEFAULT_API_SOCKET
+    )]
+    pub api_socket: PathBuf,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The nouns, and the commands that stand alone.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Physical drives: block devices, files or remote NBD exports.
+    #[command(subcommand)]
+    Pd(PdCommand),
+    /// Drive groups: RAID over physical drives.
+    #[command(subcommand)]
+    Dg(DgCommand),
+    /// Virtual drives: volumes carved from a drive group, served over NBD.
+    #[command(subcommand)]
+    Vd(VdCommand),
+    /// The daemon's version, parity kernels and engines with their speeds, and I/O driver.
+    Info(JsonFlag),
+    /// The daemon's event log: state changes and operation results.
+    Events(EventsArgs),
+    /// Benchmarks that need no daemon.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Run the daemon in the foreground (logs to stderr; stops cleanly on SIGTERM or SIGINT).
+    Serve(ServeArgs),
+}
+
+/// `--json`.
+#[derive(Debug, Args)]
+pub struct JsonFlag {
+    /// Print the API object(s) as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tessera pd ...`.
+#[derive(Debug, Subcommand)]
+pub enum PdCommand {
+    /// Add physical drives; prints the new ids, one per line.
+    Add {
+        /// Block devices, files, or remote exports (nbd://HOST:PORT/NAME,
+        /// nbd+unix:///NAME?socket=PATH).
+        #[arg(value_name = "PATH", required = true, value_parser = values::pd_path)]
+        paths: Vec<String>,
+        /// Add as hot spares (global unless --spare-for).
+        #[arg(long)]
+        spare: bool,
+        /// Add as hot spares dedicated to this drive group (id or name).
+        #[arg(long, value_name = "DG", value_parser = values::dg_ref)]
+        spare_for: Option<DgRef>,
+        /// Print the new drives as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List physical drives.
+    List(JsonFlag),
+    /// Show one physical drive.
+    Describe {
+        /// The drive's id.
+        #[arg(value_name = "PD", value_parser = values::pd_id)]
+        pd: u32,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Forget physical drives that are in no drive group.
+    Remove {
+        /// The drives' ids.
+        #[arg(value_name = "PD", required = true, value_parser = values::pd_id)]
+        pds: Vec<u32>,
+    },
+    /// Take a physical drive offline as a failure would (maintenance, failure drills).
+    Fail {
+        /// The drive's id.
+        #[arg(value_name = "PD", value_parser = values::pd_id)]
+        pd: u32,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Bring an administratively failed drive back; it is rebuilt.
+    Online {
+        /// The drive's id.
+        #[arg(value_name = "PD", value_parser = values::pd_id)]
+        pd: u32,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Replace member OLD with drive NEW: a rebuild if OLD failed, else a proactive copy.
+    Replace {
+        /// The member to replace.
+        #[arg(value_name = "OLD", value_parser = values::pd_id)]
+        old: u32,
+        /// The drive that takes its place (unconfigured or a hot spare).
+        #[arg(value_name = "NEW", value_parser = values::pd_id)]
+        new: u32,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+}
+
+/// `tessera dg ...`.
+#[derive(Debug, Subcommand)]
+pub enum DgCommand {
+    /// Create a drive group from unconfigured physical drives (members in role order).
+    Create {
+        /// RAID level: 0, 1, 10, 5 or 6.
+        #[arg(long, value_name = "LEVEL", value_parser = values::level)]
+        level: RaidLevel,
+        /// Chunk size: a power of two from 4K to 1M.
+        #[arg(long, value_name = "SIZE", default_value = "64K", value_parser = values::chunk)]
+        chunk: u64,
+        /// The group's name (default: dg<ID>).
+        #[arg(long, value_name = "NAME", value_parser = values::name)]
+        name: Option<String>,
+        /// Write-hole journal: always_on, degrade_only (default) or always_off; or the id of
+        /// a physical drive to hold it (mode always_on).
+        #[arg(long, value_name = "MODE|PD", value_parser = values::journal_choice)]
+        journal: Option<JournalChoice>,
+        /// Member drives, in role order.
+        #[arg(value_name = "PD", required = true, value_parser = values::pd_id)]
+        pds: Vec<u32>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// List drive groups.
+    List(JsonFlag),
+    /// Show a drive group: state, members and roles, sizes, rebuild and scrub progress.
+    Describe {
+        /// The group's id or name.
+        #[arg(value_name = "DG", value_parser = values::dg_ref)]
+        dg: DgRef,
+        /// Follow a running rebuild or scrub until it ends, then describe the group.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: milliseconds between polls of the daemon.
+        #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = values::poll_ms)]
+        poll_ms: u64,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Delete a drive group (refused while it has virtual drives, unless --force).
+    Delete {
+        /// The group's id or name.
+        #[arg(value_name = "DG", value_parser = values::dg_ref)]
+        dg: DgRef,
+        /// Delete its virtual drives too.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Change a drive group's settings.
+    #[command(group(ArgGroup::new("setting").required(true).multiple(true)
+        .args(["rebuild_rate", "scrub_rate", "journal"])))]
+    Set {
+        /// The group's id or name.
+        #[arg(value_name = "DG", value_parser = values::dg_ref)]
+        dg: DgRef,
+        /// Share of member bandwidth for rebuilds, 1 to 100 (percent).
+        #[arg(long, value_name = "N", value_parser = values::rate)]
+        rebuild_rate: Option<u32>,
+        /// Share of member bandwidth for scrubs, 1 to 100 (percent).
+        #[arg(long, value_name = "N", value_parser = values::rate)]
+        scrub_rate: Option<u32>,
+        /// Journal mode: always_on, degrade_only or always_off.
+        #[arg(long, value_name = "MODE", value_parser = values::journal_mode)]
+        journal: Option<JournalMode>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Check parity (or mirrors) of every stripe; with --repair, fix mismatches.
+    Scrub {
+        /// The group's id or name.
+        #[arg(value_name = "DG", value_parser = values::dg_ref)]
+        dg: DgRef,
+        /// Repair mismatches instead of only counting them.
+        #[arg(long)]
+        repair: bool,
+        /// Show progress until the scrub ends (exit status 1 if it stopped early).
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: milliseconds between polls of the daemon.
+        #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = values::poll_ms)]
+        poll_ms: u64,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+}
+
+/// `tessera vd ...`.
+#[derive(Debug, Subcommand)]
+pub enum VdCommand {
+    /// Create a virtual drive in a drive group; prints its NBD URI.
+    Create {
+        /// The group's id or name.
+        #[arg(value_name = "DG", value_parser = values::dg_ref)]
+        dg: DgRef,
+        /// Size seen by hosts (a multiple of 512 bytes).
+        #[arg(long, value_name = "SIZE", value_parser = values::vd_size)]
+        size: u64,
+        /// Its name, also the NBD export name (default: vd<N>).
+        #[arg(long, value_name = "NAME", value_parser = values::name)]
+        name: Option<String>,
+        /// Thin: log-structured, compressed, thin-provisioned, checksummed.
+        #[arg(long)]
+        thin: bool,
+        /// Compression of a thin drive.
+        #[arg(long, value_name = "ALGORITHM", requires = "thin", value_parser = values::compression)]
+        compression: Option<Compression>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// List virtual drives.
+    List(JsonFlag),
+    /// Show a virtual drive: size, group, NBD URI.
+    Describe {
+        /// The drive's name.
+        #[arg(value_name = "NAME", value_parser = values::name)]
+        name: String,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Delete a virtual drive (refused while a client is connected, unless --force).
+    Delete {
+        /// The drive's name.
+        #[arg(value_name = "NAME", value_parser = values::name)]
+        name: String,
+        /// Delete even with clients connected (they are disconnected).
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// `tessera events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Only events after this sequence number.
+    #[arg(long, value_name = "SEQ", default_value_t = 0, value_parser = values::sequence)]
+    pub since: u64,
+    /// Keep printing new events as they happen (with --json: one object per line).
+    #[arg(long)]
+    pub follow: bool,
+    /// With --follow: milliseconds between polls of the daemon.
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = values::poll_ms)]
+    pub poll_ms: u64,
+    /// Print the events as a JSON array.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tessera bench ...`.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Every parity kernel this CPU runs, against Intel ISA-L on the same buffers (about a
+    /// minute).
+    Parity {
+        /// Print the rows as a JSON array.
+        #[arg(long)]
+        json: bool,
+        /// Only this kernel (repeatable; default: every kernel this CPU runs).
+        #[arg(long, value_name = "NAME", value_parser = values::kernel)]
+        kernel: Vec<String>,
+        /// Only this operation (repeatable; default: all).
+        #[arg(long, value_name = "OP", value_parser = values::bench_op)]
+        op: Vec<String>,
+    },
+}
+
+/// Which engine computes parity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ParityEngine {
+    /// SIMD kernels on the CPU.
+    Cpu,
+    /// A GPU through Vulkan compute.
+    Gpu,
+    /// Whichever finishes each batch first, by start-up calibration.
+    Auto,
+}
+
+impl ParityEngine {
+    /// The name the daemon takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            ParityEngine::Cpu => "cpu",
+            ParityEngine::Gpu => "gpu",
+            ParityEngine::Auto => "auto",
+        }
+    }
+}
+
+/// `tessera serve`. The management socket is the global `--api-socket`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Directory for the daemon's small state (the member paths to probe at start).
+    #[arg(long, value_name = "DIR", env = "TESSERA_STATE_DIR", default_value = DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+    /// Unix socket of the NBD server.
+    #[arg(long, value_name = "PATH", env = "TESSERA_NBD_SOCKET", default_value = DEFAULT_NBD_SOCKET)]
+    pub nbd_socket: PathBuf,
+    /// Also serve NBD over TCP on this address (HOST:PORT; the NBD port is 10809).
+    #[arg(long, value_name = "ADDR", env = "TESSERA_NBD_LISTEN", value_parser = values::listen_address)]
+    pub nbd_listen: Option<String>,
+    /// Which engine computes parity.
+    #[arg(
+        long,
+        value_name = "ENGINE",
+        env = "TESSERA_PARITY_ENGINE",
+        default_value = "auto"
+    )]
+    pub parity_engine: ParityEngine,
+    /// Serve /metrics and the dashboard over HTTP on this address (HOST:PORT; read-only).
+    #[arg(long, value_name = "ADDR", env = "TESSERA_HTTP_LISTEN", value_parser = values::listen_address)]
+    pub http_listen: Option<String>,
+}

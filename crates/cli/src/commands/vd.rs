@@ -1,0 +1,61 @@
+//! `tessera vd ...`.
+
+use std::process::ExitCode;
+
+use tessera_api::CreateVd;
+
+use super::{Context, Failure};
+use crate::args::VdCommand;
+use crate::output;
+
+pub fn run(context: &mut Context<'_>, command: VdCommand) -> Result<ExitCode, Failure> {
+    match command {
+        VdCommand::Create {
+            dg,
+            size,
+            name,
+            thin,
+            compression,
+            json,
+        } => {
+            let body = CreateVd {
+                dg: context.dg_id(&dg)?,
+                name,
+                size_bytes: size,
+                thin,
+                compression,
+            };
+            let vd = context.client.create_vd(&body)?;
+            if json.json {
+                context.json(&vd)?;
+            } else {
+                let line = format!("{}\n", vd.nbd_uri);
+                context.print(&line)?;
+            }
+        }
+        VdCommand::List(flag) => {
+            let vds = context.client.list_vds()?;
+            if flag.json {
+                context.json(&vds)?;
+            } else {
+                let text = output::list_vds(context.style, &vds);
+                context.print(&text)?;
+            }
+        }
+        VdCommand::Describe { name, json } => {
+            let vd = context.client.get_vd(&name)?;
+            if json.json {
+                context.json(&vd)?;
+            } else {
+                let text = output::describe_vd(context.style, &vd);
+                context.print(&text)?;
+            }
+        }
+        VdCommand::Delete { name, force } => {
+            context.client.delete_vd(&name, force)?;
+            let line = format!("deleted virtual drive {name}\n");
+            context.print(&line)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,81 @@
+//! Virtual drives.
+
+use tessera_api::VdView;
+
+use super::{Column, Table, key_values};
+use crate::style::Style;
+use crate::units::format_size;
+
+fn kind(vd: &VdView) -> String {
+    match (vd.thin, vd.compression) {
+        (false, _) => "thick".to_string(),
+        (true, Some(compression)) => format!("thin ({compression})"),
+        (true, None) => "thin".to_string(),
+    }
+}
+
+/// `tessera vd list`.
+pub fn list_vds(style: Style, vds: &[VdView]) -> String {
+    if vds.is_empty() {
+        return "no virtual drives (create one with `tessera vd create DG --size SIZE`)\n"
+            .to_string();
+    }
+    let mut table = Table::new(&[
+        ("NAME", Column::Text),
+        ("DG", Column::Number),
+        ("SIZE", Column::Number),
+        ("KIND", Column::Text),
+        ("CONNS", Column::Number),
+        ("NBD URI", Column::Text),
+    ]);
+    for vd in vds {
+        table.row(vec![
+            vd.name.clone(),
+            vd.dg.to_string(),
+            format_size(vd.size_bytes),
+            kind(vd),
+            vd.connections.to_string(),
+            vd.nbd_uri.clone(),
+        ]);
+    }
+    table.render(style)
+}
+
+/// `tessera vd describe`.
+pub fn describe_vd(style: Style, vd: &VdView) -> String {
+    let mut pairs = vec![
+        ("NBD URI", vd.nbd_uri.clone()),
+        ("drive group", vd.dg.to_string()),
+        (
+            "size",
+            format!("{} ({} bytes)", format_size(vd.size_bytes), vd.size_bytes),
+        ),
+        ("kind", kind(vd)),
+        ("connections", vd.connections.to_string()),
+    ];
+    if !vd.thin {
+        pairs.push((
+            "offset",
+            format!("{} bytes into the group's data space", vd.offset_bytes),
+        ));
+    }
+    if let Some(stats) = &vd.stats {
+        pairs.extend([
+            ("logical used", format_size(stats.logical_used_bytes)),
+            ("physical used", format_size(stats.physical_used_bytes)),
+            ("compression", format!("{:.2}x", stats.compression_ratio)),
+            (
+                "write amplification",
+                format!("{:.3}", stats.write_amplification),
+            ),
+            (
+                "checksum errors",
+                format!(
+                    "{} detected, {} repaired",
+                    stats.checksum_errors_detected, stats.checksum_errors_repaired
+                ),
+            ),
+        ]);
+    }
+    key_values(style, &format!("Virtual drive {}", vd.name), &pairs)
+}
