@@ -1,0 +1,213 @@
+//! Both drivers on sockets and wake-ups: gathered sends, receives, sends larger than the
+//! socket buffer, accept, end of stream, an eventfd woken from another thread.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use support::{Rng, collect, drivers};
+use tessera_io::{AnyDriver, Driver, EventFd, Operation, SendParts};
+
+/// Receives into `buffer` through the driver until it is full or the stream ends; returns the
+/// bytes received. Tokens 1000.. are used.
+fn receive_all(driver: &mut AnyDriver, fd: i32, buffer: &mut [u8]) -> usize {
+    let mut received = 0;
+    while received < buffer.len() {
+        let rest = &mut buffer[received..];
+        // SAFETY: `rest` is exclusively borrowed until the completion is collected below.
+        unsafe {
+            driver.submit(
+                1000,
+                Operation::Recv {
+                    fd,
+                    buffer: rest.as_mut_ptr(),
+                    len_bytes: rest.len() as u32,
+                },
+            );
+        }
+        let completion = collect(driver, 1)[0];
+        assert!(completion.result >= 0, "recv failed: {completion:?}");
+        if completion.result == 0 {
+            break;
+        }
+        received += completion.result as usize;
+    }
+    received
+}
+
+#[test]
+fn gathered_send_arrives_in_order() {
+    for (name, mut driver) in drivers() {
+        let (left, mut right) = UnixStream::pair().unwrap();
+        let header = *b"HEADER--";
+        let data: Vec<u8> = (0..5000u32).map(|index| index as u8).collect();
+        let trailer = *b"END";
+        let mut parts = SendParts::new();
+        parts.push(header.as_ptr(), 8);
+        parts.push(data.as_ptr(), 5000);
+        parts.push(trailer.as_ptr(), 3);
+        // SAFETY: the three arrays outlive the completion.
+        unsafe {
+            driver.submit(
+                1,
+                Operation::Send {
+                    fd: left.as_raw_fd(),
+                    parts,
+                },
+            )
+        };
+        let completion = collect(&mut driver, 1)[0];
+        assert_eq!(completion.result, 5011, "{name}");
+
+        let mut received = vec![0u8; 5011];
+        right.read_exact(&mut received).unwrap();
+        let mut expected = header.to_vec();
+        expected.extend_from_slice(&data);
+        expected.extend_from_slice(&trailer);
+        assert_eq!(received, expected, "{name}");
+
+        // And the other way: a plain write read through the driver.
+        right.write_all(b"reply bytes").unwrap();
+        let mut buffer = [0u8; 11];
+        assert_eq!(receive_all(&mut driver, left.as_raw_fd(), &mut buffer), 11);
+        assert_eq!(&buffer, b"reply bytes", "{name}");
+    }
+}
+
+/// A send far larger than the socket buffer completes whole while the same driver receives
+/// it on the other end: the driver resumes partial sends itself.
+#[test]
+fn send_larger_than_the_socket_buffer_completes_whole() {
+    for (name, mut driver) in drivers() {
+        let (left, right) = UnixStream::pair().unwrap();
+        let total = 8 << 20;
+        let mut data = vec![0u8; total];
+        Rng::new(11).fill(&mut data);
+        let mut parts = SendParts::new();
+        parts.push(data.as_ptr(), 100);
+        parts.push(data[100..].as_ptr(), (total - 100) as u32);
+        // SAFETY: `data` outlives the completion.
+        unsafe {
+            driver.submit(
+                1,
+                Operation::Send {
+                    fd: left.as_raw_fd(),
+                    parts,
+                },
+            )
+        };
+
+        let mut received = vec![0u8; total];
+        let mut got = 0;
+        let mut send_result = None;
+        while got < total || send_result.is_none() {
+            if got < total {
+                let rest = &mut received[got..];
+                // SAFETY: `rest` is untouched until this receive completes below.
+                unsafe {
+                    driver.submit(
+                        2,
+                        Operation::Recv {
+                            fd: right.as_raw_fd(),
+                            buffer: rest.as_mut_ptr(),
+                            len_bytes: rest.len().min(1 << 20) as u32,
+                        },
+                    );
+                }
+            }
+            loop {
+                let mut out = Vec::new();
+                driver
+                    .wait(&mut out, Some(Duration::from_secs(10)))
+                    .unwrap();
+                assert!(!out.is_empty(), "{name}: stalled at {got} bytes");
+                let mut receive_done = false;
+                for completion in out {
+                    match completion.token {
+                        1 => send_result = Some(completion.result),
+                        2 => {
+                            assert!(completion.result > 0, "{name}: {completion:?}");
+                            got += completion.result as usize;
+                            receive_done = true;
+                        }
+                        other => panic!("unexpected token {other}"),
+                    }
+                }
+                if receive_done || got == total {
+                    break;
+                }
+            }
+        }
+        assert_eq!(send_result, Some(total as i32), "{name}");
+        assert!(received == data, "{name}: data differs");
+    }
+}
+
+#[test]
+fn receive_reports_end_of_stream_as_zero() {
+    for (name, mut driver) in drivers() {
+        let (left, right) = UnixStream::pair().unwrap();
+        drop(right);
+        let mut buffer = [0u8; 16];
+        assert_eq!(
+            receive_all(&mut driver, left.as_raw_fd(), &mut buffer),
+            0,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn accept_returns_a_connected_descriptor() {
+    for (name, mut driver) in drivers() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        driver.submit_accept(5, listener.as_raw_fd());
+        let client = std::thread::spawn(move || {
+            let mut stream = TcpStream::connect(address).unwrap();
+            stream.write_all(b"hello").unwrap();
+        });
+        let completion = collect(&mut driver, 1)[0];
+        assert_eq!(completion.token, 5);
+        assert!(completion.result >= 0, "{name}: {completion:?}");
+        // SAFETY: the completion hands the new descriptor to us.
+        let accepted = unsafe { OwnedFd::from_raw_fd(completion.result) };
+        let mut buffer = [0u8; 5];
+        assert_eq!(
+            receive_all(&mut driver, accepted.as_raw_fd(), &mut buffer),
+            5,
+            "{name}"
+        );
+        assert_eq!(&buffer, b"hello");
+        client.join().unwrap();
+    }
+}
+
+#[test]
+fn eventfd_wakes_a_waiting_driver() {
+    for (name, mut driver) in drivers() {
+        let event = std::sync::Arc::new(EventFd::new().unwrap());
+        driver.submit_poll_readable(9, event.as_raw_fd());
+        let signaller = {
+            let event = std::sync::Arc::clone(&event);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                event.signal();
+            })
+        };
+        let mut out = Vec::new();
+        assert_eq!(driver.wait(&mut out, None).unwrap(), 1, "{name}");
+        assert_eq!(out[0].token, 9);
+        assert!(
+            out[0].result & i32::from(libc::POLLIN) != 0,
+            "{name}: {:?}",
+            out[0]
+        );
+        assert_eq!(event.drain(), 1);
+        signaller.join().unwrap();
+    }
+}
