@@ -1,7 +1,35 @@
-//! The Tessera daemon (`tessera serve`). A stub until the daemon lands: the CLI already parses
-//! the options into `ServeOptions` and calls `serve`.
+//! The Tessera daemon (`tessera serve`): owns the drives, runs one engine per drive group on the
+//! data-plane thread, serves virtual drives over NBD and the management API on a Unix socket.
 
+mod blob;
+mod control;
+mod devices;
+mod events;
+mod metrics;
+mod plane;
+mod state;
+
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Logs one line to stderr with a UTC timestamp (systemd adds its own; this keeps plain runs
+/// readable).
+#[macro_export]
+macro_rules! log {
+    ($($arg:tt)*) => {{
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let seconds = now.as_secs();
+        eprintln!(
+            "{:02}:{:02}:{:02}.{:03} tessera: {}",
+            seconds / 3600 % 24,
+            seconds / 60 % 60,
+            seconds % 60,
+            now.subsec_millis(),
+            format_args!($($arg)*)
+        );
+    }};
+}
 
 /// Everything `tessera serve` takes from its command line and environment.
 #[derive(Debug, Clone)]
@@ -20,8 +48,71 @@ pub struct ServeOptions {
     pub http_listen: Option<String>,
 }
 
-/// Runs the daemon in the foreground until SIGTERM or SIGINT.
+/// Blocks SIGTERM and SIGINT in every thread and returns a signalfd that reports them, so the
+/// data plane sees a stop request as an ordinary readable descriptor.
+fn stop_signals() -> Result<OwnedFd, String> {
+    // SAFETY: sigset manipulation on a local, zero-initialized sigset_t; sigprocmask and
+    // signalfd with valid arguments. The mask is set before any thread starts, so every thread
+    // inherits it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return Err("cannot block stop signals".into());
+        }
+        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        if fd < 0 {
+            return Err(format!(
+                "cannot create a signalfd: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// Runs the daemon in the foreground until SIGTERM or SIGINT, then stops cleanly: requests in
+/// flight finish, members are flushed, groups are marked clean.
 pub fn serve(options: ServeOptions) -> Result<(), String> {
-    let _ = options;
-    Err("not implemented yet".into())
+    let signals = stop_signals()?;
+    let parity_config = tessera_parity::SelectionConfig::default();
+    let parity = Arc::new(
+        tessera_parity::Parity::select(&parity_config).map_err(|e| format!("parity: {e}"))?,
+    );
+    log!(
+        "{}",
+        parity
+            .report()
+            .to_string()
+            .lines()
+            .next()
+            .unwrap_or("parity kernels chosen")
+    );
+    let (plane, handle) = plane::DataPlane::new(options.clone(), parity, Some(signals))?;
+    let data_plane = std::thread::Builder::new()
+        .name("data-plane".into())
+        .spawn(move || plane.run())
+        .map_err(|e| format!("cannot start the data plane: {e}"))?;
+    let router = tessera_api::router::Router::new(Arc::new(control::Control::new(handle)));
+    let api = tessera_api::server::ApiServer::bind_unix(
+        &options.api_socket,
+        tessera_api::server::ServerConfig::default(),
+        router,
+    )
+    .map_err(|e| format!("management API: {e}"))?;
+    log!(
+        "serving: API on {}, NBD on {}{}",
+        options.api_socket.display(),
+        options.nbd_socket.display(),
+        options
+            .nbd_listen
+            .as_ref()
+            .map(|a| format!(" and {a}"))
+            .unwrap_or_default()
+    );
+    let result = data_plane.join();
+    api.shutdown();
+    result.map_err(|_| "the data plane stopped abnormally".to_string())
 }

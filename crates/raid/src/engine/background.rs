@@ -296,6 +296,12 @@ impl Engine {
                 }
             }
         }
+        // Failed members of the role have nothing left to give: they leave the group.
+        for (index, other) in self.members.list.iter_mut().enumerate() {
+            if index != cursor.member && other.role == Some(cursor.role) && other.is_failed() {
+                other.role = None;
+            }
+        }
         let member = &mut self.members.list[cursor.member];
         member.state = MemberState::Active;
         member.replacing = false;

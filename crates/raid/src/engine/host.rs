@@ -141,6 +141,7 @@ impl Engine {
             parts_pending: 1,
             error: None,
             read_buffer,
+            read_range: (0, 0),
             write_buffer,
             waits_for_metadata,
             fua_members: 0,
@@ -325,6 +326,7 @@ impl Engine {
         buffer: tessera_buffer::BufferId,
     ) {
         let key = self.new_request(id, Some(buffer), None, false, false);
+        self.requests.get_mut(key).expect("new request").read_range = (offset_bytes, len_bytes);
         let chunk = self.geometry.chunk_bytes();
         let end = offset_bytes + len_bytes;
         let mut cursor = offset_bytes;

@@ -83,8 +83,10 @@ struct Request {
     id: u64,
     parts_pending: u32,
     error: Option<HostError>,
-    /// Read requests: the buffer being filled.
+    /// Read requests: the buffer being filled, and the range read (checked against recorded
+    /// lost data once more at the end, as data may be declared lost while the read runs).
     read_buffer: Option<BufferId>,
+    read_range: (u64, u64),
     /// Write requests: the caller's buffer, freed at the end.
     write_buffer: Option<BufferId>,
     /// Replies to writes and flushes wait until every member failure recorded before they
@@ -475,6 +477,31 @@ impl Engine {
         Ok(self.members.list.len() - 1)
     }
 
+    /// Brings a failed member back to be rebuilt in its role (after an administrative fail, or a
+    /// device that returned): it is trusted nowhere until the rebuild passes over it.
+    pub fn readmit_member(&mut self, member: usize) -> Result<(), AdminError> {
+        let entry = self.members.list.get(member).ok_or(AdminError::NoSuchMember(member))?;
+        let Some(role) = entry.role else { return Err(AdminError::NoSuchMember(member)) };
+        if !entry.is_failed() {
+            return Err(AdminError::NotFailed(member));
+        }
+        if self.members.group_state(&self.geometry) == GroupState::Failed {
+            return Err(AdminError::GroupFailed);
+        }
+        if self.members.rebuilding().is_some() {
+            return Err(AdminError::RebuildRunning);
+        }
+        if self.members.role_active(role) {
+            return Err(AdminError::RoleTaken(role));
+        }
+        let entry = &mut self.members.list[member];
+        entry.state = MemberState::Rebuilding { position_bytes: 0 };
+        entry.replacing = false;
+        self.request_superblock_update();
+        self.pump();
+        Ok(())
+    }
+
     /// Begins an orderly stop: new requests are refused; once idle, dirty regions are cleared
     /// and the superblock is marked clean. `is_stopped` tells when it is done.
     pub fn stop(&mut self) {
@@ -676,7 +703,10 @@ impl Engine {
             self.start_flush(Some(request), only);
             return;
         }
-        let entry = self.requests.remove(request).expect("request in flight");
+        let mut entry = self.requests.remove(request).expect("request in flight");
+        if entry.read_buffer.is_some() && entry.error.is_none() && self.overlaps_bad(entry.read_range.0, entry.read_range.1) {
+            entry.error = Some(HostError::Io);
+        }
         if let Some(buffer) = entry.write_buffer {
             self.pool.free(buffer);
         }

@@ -262,6 +262,12 @@ pub enum AdminError {
     AlreadyMember,
     /// The member table is full.
     TooManyMembers,
+    /// No member has that index (or it holds no role).
+    NoSuchMember(usize),
+    /// The member is not failed.
+    NotFailed(usize),
+    /// Another member already holds the role.
+    RoleTaken(usize),
 }
 
 impl fmt::Display for AdminError {
@@ -281,6 +287,9 @@ impl fmt::Display for AdminError {
             AdminError::RebuildRunning => write!(f, "a rebuild is already running"),
             AdminError::AlreadyMember => write!(f, "the device is already a member"),
             AdminError::TooManyMembers => write!(f, "the member table is full"),
+            AdminError::NoSuchMember(member) => write!(f, "no member {member} with a role"),
+            AdminError::NotFailed(member) => write!(f, "member {member} is not failed"),
+            AdminError::RoleTaken(role) => write!(f, "role {role} is held by another member"),
         }
     }
 }

@@ -1,0 +1,117 @@
+//! What the daemon keeps in a group's superblock configuration blob: the group's id and its
+//! virtual-drive table. JSON, so it can grow without a format change; decoded defensively, since
+//! it comes from a drive.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VdRecord {
+    pub name: String,
+    pub offset_bytes: u64,
+    pub size_bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupConfig {
+    pub dg_id: u32,
+    #[serde(default)]
+    pub virtual_drives: Vec<VdRecord>,
+}
+
+impl GroupConfig {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("group config serializes")
+    }
+
+    /// Decodes and checks a blob against the group's data size: virtual drives inside the
+    /// group, not overlapping, names unique.
+    pub fn decode(bytes: &[u8], data_bytes: u64) -> Result<GroupConfig, String> {
+        let config: GroupConfig =
+            serde_json::from_slice(bytes).map_err(|e| format!("configuration is damaged: {e}"))?;
+        let mut extents: Vec<(u64, u64)> = Vec::new();
+        for (i, vd) in config.virtual_drives.iter().enumerate() {
+            let end = vd
+                .offset_bytes
+                .checked_add(vd.size_bytes)
+                .filter(|&end| end <= data_bytes);
+            let Some(end) = end else {
+                return Err(format!("virtual drive {} lies outside the group", vd.name));
+            };
+            if config.virtual_drives[..i]
+                .iter()
+                .any(|other| other.name == vd.name)
+            {
+                return Err(format!("virtual drive name {} appears twice", vd.name));
+            }
+            extents.push((vd.offset_bytes, end));
+        }
+        extents.sort_unstable();
+        if extents.windows(2).any(|pair| pair[0].1 > pair[1].0) {
+            return Err("virtual drives overlap".into());
+        }
+        Ok(config)
+    }
+
+    /// The first gap of `size_bytes` (at `align_bytes`) in a data space of `data_bytes`.
+    pub fn find_space(&self, size_bytes: u64, align_bytes: u64, data_bytes: u64) -> Option<u64> {
+        let mut taken: Vec<(u64, u64)> = self
+            .virtual_drives
+            .iter()
+            .map(|vd| (vd.offset_bytes, vd.offset_bytes + vd.size_bytes))
+            .collect();
+        taken.sort_unstable();
+        let mut candidate = 0u64;
+        for (start, end) in taken {
+            if candidate + size_bytes <= start {
+                return Some(candidate);
+            }
+            candidate = candidate.max(end.div_ceil(align_bytes) * align_bytes);
+        }
+        (candidate.checked_add(size_bytes)? <= data_bytes).then_some(candidate)
+    }
+
+    /// Bytes not used by any virtual drive.
+    pub fn free_bytes(&self, data_bytes: u64) -> u64 {
+        data_bytes
+            - self
+                .virtual_drives
+                .iter()
+                .map(|vd| vd.size_bytes)
+                .sum::<u64>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vd(name: &str, offset: u64, size: u64) -> VdRecord {
+        VdRecord {
+            name: name.into(),
+            offset_bytes: offset,
+            size_bytes: size,
+        }
+    }
+
+    #[test]
+    fn placement_and_checks() {
+        let mut config = GroupConfig {
+            dg_id: 1,
+            virtual_drives: vec![vd("a", 0, 100), vd("b", 300, 100)],
+        };
+        assert_eq!(config.find_space(100, 100, 1000), Some(100));
+        assert_eq!(config.find_space(250, 100, 1000), Some(400));
+        assert_eq!(config.find_space(700, 100, 1000), None);
+        assert_eq!(config.free_bytes(1000), 800);
+        let decoded = GroupConfig::decode(&config.encode(), 1000).unwrap();
+        assert_eq!(decoded, config);
+        config.virtual_drives.push(vd("c", 350, 10));
+        assert!(
+            GroupConfig::decode(&config.encode(), 1000)
+                .unwrap_err()
+                .contains("overlap")
+        );
+        assert!(GroupConfig::decode(b"{\"dg_id\":1,\"virtual_drives\":[{\"name\":\"x\",\"offset_bytes\":990,\"size_bytes\":20}]}", 1000).is_err());
+        assert!(GroupConfig::decode(b"\xff", 1000).is_err());
+    }
+}

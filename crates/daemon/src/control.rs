@@ -1,0 +1,252 @@
+//! The management API's operations, carried out on the data plane.
+
+use crate::plane::NewGroup;
+use crate::plane::{AdminError, PlaneHandle};
+use std::time::{Duration, Instant};
+use tessera_api::controller::Controller;
+use tessera_api::model::{
+    ApiError, CreateDg, CreatePd, CreateVd, DgRef, DgView, EventView, InfoView, PdView, ReplacePd,
+    ScrubDg, UpdateDg, VdView,
+};
+use tessera_raid::geometry::{Level, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES};
+use tessera_raid::superblock::JournalMode;
+
+/// How long a change may take to become durable before the API gives up waiting.
+const DURABLE_WAIT: Duration = Duration::from_secs(30);
+
+pub struct Control {
+    plane: PlaneHandle,
+}
+
+impl Control {
+    pub fn new(plane: PlaneHandle) -> Control {
+        Control { plane }
+    }
+
+    fn call<R: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut crate::plane::DataPlane) -> R + Send + 'static,
+    ) -> Result<R, ApiError> {
+        self.plane
+            .call(work)
+            .ok_or_else(|| ApiError::unavailable("the daemon is stopping"))
+    }
+
+    /// Polls the data plane until `ready` holds.
+    fn wait_until(
+        &self,
+        what: &str,
+        ready: impl Fn(&crate::plane::DataPlane) -> bool + Send + Sync + Clone + 'static,
+    ) -> Result<(), ApiError> {
+        let deadline = Instant::now() + DURABLE_WAIT;
+        loop {
+            let check = ready.clone();
+            if self.call(move |plane| check(plane))? {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(ApiError::internal(format!(
+                    "{what} did not finish within {} s",
+                    DURABLE_WAIT.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+fn api_error(error: AdminError) -> ApiError {
+    match error {
+        AdminError::Invalid(message) => ApiError::invalid_argument(message),
+        AdminError::NotFound(message) => ApiError::not_found(message),
+        AdminError::Conflict(message) => ApiError::conflict(message),
+        AdminError::Unavailable(message) => ApiError::unavailable(message),
+    }
+}
+
+fn journal_mode(mode: tessera_api::model::JournalMode) -> JournalMode {
+    match mode {
+        tessera_api::model::JournalMode::AlwaysOn => JournalMode::AlwaysOn,
+        tessera_api::model::JournalMode::DegradeOnly => JournalMode::DegradeOnly,
+        tessera_api::model::JournalMode::AlwaysOff => JournalMode::AlwaysOff,
+    }
+}
+
+impl Controller for Control {
+    fn info(&self) -> Result<InfoView, ApiError> {
+        self.call(|plane| plane.info_view())
+    }
+
+    fn list_pds(&self) -> Result<Vec<PdView>, ApiError> {
+        self.call(|plane| plane.pd_views())
+    }
+
+    fn create_pd(&self, body: CreatePd) -> Result<PdView, ApiError> {
+        self.call(move |plane| {
+            let id = plane.add_drive(&body.path, body.spare, body.spare_for)?;
+            Ok(plane.pd_view_of(id).expect("just added"))
+        })?
+        .map_err(api_error)
+    }
+
+    fn get_pd(&self, id: u32) -> Result<PdView, ApiError> {
+        self.call(move |plane| plane.pd_view_of(id))?
+            .ok_or_else(|| ApiError::not_found(format!("no physical drive {id}")))
+    }
+
+    fn delete_pd(&self, id: u32) -> Result<(), ApiError> {
+        self.call(move |plane| plane.remove_drive(id))?
+            .map_err(api_error)
+    }
+
+    fn fail_pd(&self, id: u32) -> Result<PdView, ApiError> {
+        self.call(move |plane| plane.fail_drive(id))?
+            .map_err(api_error)?;
+        self.get_pd(id)
+    }
+
+    fn online_pd(&self, id: u32) -> Result<PdView, ApiError> {
+        self.call(move |plane| plane.online_drive(id))?
+            .map_err(api_error)?;
+        self.get_pd(id)
+    }
+
+    fn replace_pd(&self, id: u32, body: ReplacePd) -> Result<DgView, ApiError> {
+        let dg = self
+            .call(move |plane| plane.replace_drive(id, body.new_pd))?
+            .map_err(api_error)?;
+        self.get_dg(&DgRef::Id(dg))
+    }
+
+    fn list_dgs(&self) -> Result<Vec<DgView>, ApiError> {
+        self.call(|plane| plane.dg_views())
+    }
+
+    fn create_dg(&self, body: CreateDg) -> Result<DgView, ApiError> {
+        let level = Level::from_number(body.level.number())
+            .ok_or_else(|| ApiError::invalid_argument("unknown RAID level"))?;
+        if let Some(chunk) = body.chunk_bytes
+            && (!chunk.is_power_of_two() || !(MIN_CHUNK_BYTES..=MAX_CHUNK_BYTES).contains(&chunk))
+        {
+            return Err(ApiError::invalid_argument(format!(
+                "chunk size {chunk} is not a power of two between 4K and 1M"
+            )));
+        }
+        if body.journal_pd.is_some() {
+            return Err(ApiError::invalid_argument(
+                "a dedicated journal drive is not supported yet; the journal lives on the members",
+            ));
+        }
+        if let Some(name) = &body.name {
+            tessera_api::model::validate_name(name).map_err(ApiError::invalid_argument)?;
+        }
+        let request = NewGroup {
+            level,
+            chunk_bytes: body.chunk_bytes,
+            drives: body.pds,
+            name: body.name,
+            journal_mode: body
+                .journal
+                .map(journal_mode)
+                .unwrap_or(JournalMode::DegradeOnly),
+        };
+        let dg = self
+            .call(move |plane| plane.create_group(request))?
+            .map_err(api_error)?;
+        // The group exists once its superblocks are on the members.
+        self.wait_until("writing the new group's metadata", move |plane| {
+            plane
+                .dg_view_of(dg)
+                .is_none_or(|view| view.state != tessera_api::model::DgState::Initializing)
+        })?;
+        self.get_dg(&DgRef::Id(dg))
+    }
+
+    fn get_dg(&self, dg: &DgRef) -> Result<DgView, ApiError> {
+        let dg = dg.clone();
+        self.call(move |plane| {
+            let id = plane.find_group(&dg)?;
+            Ok(plane.dg_view_of(id).expect("found"))
+        })?
+        .map_err(api_error)
+    }
+
+    fn delete_dg(&self, dg: &DgRef, force: bool) -> Result<(), ApiError> {
+        let reference = dg.clone();
+        let id = self
+            .call(move |plane| {
+                let id = plane.find_group(&reference)?;
+                plane.begin_delete_group(id, force)?;
+                Ok(id)
+            })?
+            .map_err(api_error)?;
+        self.wait_until("stopping the drive group", move |plane| {
+            plane.group_stopped(id)
+        })?;
+        self.call(move |plane| plane.finish_delete_group(id))?
+            .map_err(api_error)
+    }
+
+    fn update_dg(&self, dg: &DgRef, body: UpdateDg) -> Result<DgView, ApiError> {
+        if body.rebuild_rate_percent.is_some()
+            || body.scrub_rate_percent.is_some()
+            || body.journal.is_some()
+        {
+            return Err(ApiError::invalid_argument(
+                "changing rebuild rate, scrub rate or journal mode is not supported yet",
+            ));
+        }
+        self.get_dg(dg)
+    }
+
+    fn scrub_dg(&self, _dg: &DgRef, _body: ScrubDg) -> Result<DgView, ApiError> {
+        Err(ApiError::invalid_argument("scrub is not supported yet"))
+    }
+
+    fn list_vds(&self) -> Result<Vec<VdView>, ApiError> {
+        self.call(|plane| plane.vd_views())
+    }
+
+    fn create_vd(&self, body: CreateVd) -> Result<VdView, ApiError> {
+        if body.thin || body.compression.is_some() {
+            return Err(ApiError::invalid_argument(
+                "thin virtual drives are not supported yet",
+            ));
+        }
+        let (name, generation) = self
+            .call(move |plane| plane.create_vd(body.dg, body.name, body.size_bytes))?
+            .map_err(api_error)?;
+        let dg = body.dg;
+        self.wait_until("recording the virtual drive", move |plane| {
+            plane.generation_durable(dg, generation)
+        })?;
+        self.get_vd(&name)
+    }
+
+    fn get_vd(&self, name: &str) -> Result<VdView, ApiError> {
+        let name = name.to_string();
+        self.call(move |plane| {
+            plane
+                .vd_view_of(&name)
+                .ok_or_else(|| ApiError::not_found(format!("no virtual drive {name}")))
+        })?
+    }
+
+    fn delete_vd(&self, name: &str, force: bool) -> Result<(), ApiError> {
+        let name = name.to_string();
+        let (dg, generation) = self
+            .call(move |plane| plane.delete_vd(&name, force))?
+            .map_err(api_error)?;
+        self.wait_until("recording the deletion", move |plane| {
+            plane.generation_durable(dg, generation)
+        })
+    }
+
+    fn events(&self, since: u64) -> Result<Vec<EventView>, ApiError> {
+        self.call(move |plane| plane.events.since(since))
+    }
+
+    fn metrics(&self) -> Result<String, ApiError> {
+        self.call(|plane| plane.metrics_text())
+    }
+}

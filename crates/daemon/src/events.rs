@@ -1,0 +1,90 @@
+//! The event log: every state change as a structured record, kept in a bounded ring and
+//! echoed to the daemon's log.
+
+use std::collections::VecDeque;
+use tessera_api::model::{EventView, Severity};
+
+pub struct EventLog {
+    ring: VecDeque<EventView>,
+    capacity: usize,
+    next_seq: u64,
+}
+
+impl EventLog {
+    pub fn new(capacity: usize) -> EventLog {
+        EventLog {
+            ring: VecDeque::with_capacity(capacity),
+            capacity,
+            next_seq: 1,
+        }
+    }
+
+    pub fn push(
+        &mut self,
+        severity: Severity,
+        kind: &str,
+        message: String,
+        dg: Option<u32>,
+        pd: Option<u32>,
+    ) {
+        if self.ring.len() == self.capacity {
+            self.ring.pop_front();
+        }
+        let time_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        self.ring.push_back(EventView {
+            seq: self.next_seq,
+            time_unix_ms,
+            severity,
+            kind: kind.into(),
+            message,
+            dg,
+            pd,
+            vd: None,
+        });
+        self.next_seq += 1;
+    }
+
+    pub fn push_info(&mut self, kind: &str, message: String, dg: Option<u32>, pd: Option<u32>) {
+        self.push(Severity::Info, kind, message, dg, pd);
+    }
+
+    pub fn push_warning(&mut self, kind: &str, message: String, dg: Option<u32>, pd: Option<u32>) {
+        self.push(Severity::Warning, kind, message, dg, pd);
+    }
+
+    pub fn push_error(&mut self, kind: &str, message: String, dg: Option<u32>, pd: Option<u32>) {
+        self.push(Severity::Error, kind, message, dg, pd);
+    }
+
+    pub fn push_critical(&mut self, kind: &str, message: String, dg: Option<u32>, pd: Option<u32>) {
+        self.push(Severity::Critical, kind, message, dg, pd);
+    }
+
+    /// Events with a sequence number above `since`, oldest first.
+    pub fn since(&self, since: u64) -> Vec<EventView> {
+        self.ring
+            .iter()
+            .filter(|event| event.seq > since)
+            .cloned()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_and_ordered() {
+        let mut log = EventLog::new(3);
+        for n in 0..5 {
+            log.push_info("test", format!("event {n}"), None, None);
+        }
+        let all = log.since(0);
+        assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4, 5]);
+        assert_eq!(log.since(4).len(), 1);
+    }
+}

@@ -1,0 +1,690 @@
+//! Administrative operations, run on the data plane on behalf of the management API. Each
+//! checks everything first and changes nothing when it refuses.
+
+use super::group::{Group, engine_config};
+use super::{DataPlane, Drive};
+use crate::blob::{GroupConfig, VdRecord};
+use crate::devices::{Device, Probe};
+use crate::log;
+use crate::state::{DriveRecord, StateFile};
+use tessera_raid::engine::{CreateSpec, Engine};
+use tessera_raid::geometry::{DEFAULT_CHUNK_BYTES, Level};
+use tessera_raid::superblock::{JournalMode, Uuid};
+
+/// Why an administrative operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminError {
+    /// The request itself is wrong (bad value, impossible combination).
+    Invalid(String),
+    /// Something it names does not exist.
+    NotFound(String),
+    /// The state forbids it (in use, exists, wrong state).
+    Conflict(String),
+    /// The daemon cannot do it right now (stopping).
+    Unavailable(String),
+}
+
+/// Parameters of a new drive group.
+pub struct NewGroup {
+    pub level: Level,
+    pub chunk_bytes: Option<u64>,
+    pub drives: Vec<u32>,
+    pub name: Option<String>,
+    pub journal_mode: JournalMode,
+}
+
+pub(crate) fn random_uuid() -> Uuid {
+    let mut bytes = [0u8; 16];
+    // SAFETY: getrandom writes at most 16 bytes into the array.
+    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    assert_eq!(filled, 16, "the kernel gives random bytes");
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    Uuid(bytes)
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl DataPlane {
+    fn save_drives(&self) -> Result<(), AdminError> {
+        let state = StateFile {
+            drives: self
+                .drives
+                .values()
+                .map(|drive| DriveRecord {
+                    id: drive.id,
+                    path: drive.path.clone(),
+                    spare: drive.spare,
+                    spare_for: drive.spare_for,
+                })
+                .collect(),
+        };
+        self.state.save(&state).map_err(AdminError::Unavailable)
+    }
+
+    fn drive(&self, id: u32) -> Result<&Drive, AdminError> {
+        self.drives
+            .get(&id)
+            .ok_or_else(|| AdminError::NotFound(format!("no physical drive {id}")))
+    }
+
+    /// `pd add`: starts managing a device.
+    pub fn add_drive(
+        &mut self,
+        path: &str,
+        spare: bool,
+        spare_for: Option<u32>,
+    ) -> Result<u32, AdminError> {
+        if self.stopping {
+            return Err(AdminError::Unavailable("the daemon is stopping".into()));
+        }
+        if path.is_empty() {
+            return Err(AdminError::Invalid("the drive path is empty".into()));
+        }
+        if let Some(existing) = self.drives.values().find(|drive| drive.path == path) {
+            return Err(AdminError::Conflict(format!(
+                "{path} is already physical drive {}",
+                existing.id
+            )));
+        }
+        if let Some(dg) = spare_for.filter(|dg| !self.groups.contains_key(dg)) {
+            return Err(AdminError::NotFound(format!(
+                "no drive group {dg} to dedicate the spare to"
+            )));
+        }
+        let mut device =
+            Device::open(path).map_err(|e| AdminError::Invalid(format!("cannot open {e}")))?;
+        match device.probe().map_err(AdminError::Invalid)? {
+            Probe::Blank => {}
+            Probe::Member(superblock) => {
+                return Err(AdminError::Conflict(format!(
+                    "{path} belongs to drive group {} ({}); it is left untouched",
+                    superblock.name, superblock.group_uuid
+                )));
+            }
+            Probe::Damaged(error) => {
+                return Err(AdminError::Conflict(format!(
+                    "{path} carries damaged Tessera metadata ({error}); it is left untouched"
+                )));
+            }
+        }
+        let id = (0..)
+            .find(|id| !self.drives.contains_key(id))
+            .expect("a free id");
+        let mut drive = Drive {
+            id,
+            path: path.into(),
+            device: None,
+            open_error: None,
+            member_uuid: None,
+            spare: spare || spare_for.is_some(),
+            spare_for,
+            group: None,
+            damaged: None,
+        };
+        self.attach_device(&mut drive, device);
+        if let Some(fd) = drive.device.as_ref().and_then(super::group::remote_wake_fd) {
+            self.arm_remote_wake(id, fd);
+        }
+        self.drives.insert(id, drive);
+        if let Err(error) = self.save_drives() {
+            self.drives.remove(&id);
+            return Err(error);
+        }
+        log!(
+            "physical drive {id} added: {path}{}",
+            if spare { " (hot spare)" } else { "" }
+        );
+        self.events.push_info(
+            "pd_added",
+            format!("physical drive {id} added: {path}"),
+            None,
+            Some(id),
+        );
+        if spare || spare_for.is_some() {
+            let groups: Vec<u32> = self.groups.keys().copied().collect();
+            for group in groups {
+                self.take_spare(group);
+            }
+        }
+        Ok(id)
+    }
+
+    /// `pd remove`: stops managing a drive that is in no group.
+    pub fn remove_drive(&mut self, id: u32) -> Result<(), AdminError> {
+        let drive = self.drive(id)?;
+        if let Some((dg, _)) = drive.group {
+            return Err(AdminError::Conflict(format!(
+                "physical drive {id} is a member of drive group {dg}"
+            )));
+        }
+        let mut drive = self.drives.remove(&id).expect("checked");
+        if let Some(tessera_io_member) =
+            drive
+                .device
+                .as_ref()
+                .and_then(|device| match &device.handle {
+                    crate::devices::Handle::Local(member) => Some(member),
+                    _ => None,
+                })
+        {
+            tessera_io_member.detach_from(&mut self.driver);
+        }
+        drive.device = None;
+        self.save_drives()?;
+        self.events.push_info(
+            "pd_removed",
+            format!("physical drive {id} removed"),
+            None,
+            Some(id),
+        );
+        Ok(())
+    }
+
+    /// `pd fail`: takes a member out of service as a failure would.
+    pub fn fail_drive(&mut self, id: u32) -> Result<(), AdminError> {
+        let (dg, member) = self.drive(id)?.group.ok_or_else(|| {
+            AdminError::Conflict(format!("physical drive {id} is in no drive group"))
+        })?;
+        let group = self.groups.get_mut(&dg).expect("drive's group exists");
+        group.engine.fail_member_admin(member);
+        self.events.push_warning(
+            "pd_fail_requested",
+            format!("physical drive {id} failed by administrator"),
+            Some(dg),
+            Some(id),
+        );
+        Ok(())
+    }
+
+    /// `pd online`: a failed member comes back and is rebuilt.
+    pub fn online_drive(&mut self, id: u32) -> Result<(), AdminError> {
+        let (dg, member) = self.drive(id)?.group.ok_or_else(|| {
+            AdminError::Conflict(format!("physical drive {id} is in no drive group"))
+        })?;
+        let group = self.groups.get_mut(&dg).expect("drive's group exists");
+        group
+            .engine
+            .readmit_member(member)
+            .map_err(|e| AdminError::Conflict(format!("physical drive {id}: {e}")))?;
+        self.events.push_info(
+            "pd_online",
+            format!("physical drive {id} back online; rebuilding it"),
+            Some(dg),
+            Some(id),
+        );
+        Ok(())
+    }
+
+    /// `pd replace OLD NEW`: rebuilds (or copies) member OLD's role onto drive NEW.
+    pub fn replace_drive(&mut self, old: u32, new: u32) -> Result<u32, AdminError> {
+        let (dg, member) = self.drive(old)?.group.ok_or_else(|| {
+            AdminError::Conflict(format!("physical drive {old} is in no drive group"))
+        })?;
+        let new_drive = self.drive(new)?;
+        if new_drive.group.is_some() {
+            return Err(AdminError::Conflict(format!(
+                "physical drive {new} is already in a drive group"
+            )));
+        }
+        let Some(device) = &new_drive.device else {
+            return Err(AdminError::Conflict(format!(
+                "physical drive {new} is missing"
+            )));
+        };
+        let size_bytes = device.size_bytes;
+        let group = self.groups.get_mut(&dg).expect("drive's group exists");
+        let role = group
+            .engine
+            .superblock()
+            .members
+            .iter()
+            .find(|record| Some(record.uuid) == self.drives[&old].member_uuid)
+            .and_then(|record| record.role)
+            .map(usize::from);
+        let role = role
+            .or_else(|| {
+                group
+                    .engine
+                    .status()
+                    .members
+                    .get(member)
+                    .and_then(|m| m.role)
+            })
+            .ok_or_else(|| AdminError::Conflict(format!("physical drive {old} holds no role")))?;
+        let uuid = random_uuid();
+        let index = group
+            .engine
+            .replace_member(role, uuid, size_bytes)
+            .map_err(|e| AdminError::Conflict(e.to_string()))?;
+        if group.members.len() <= index {
+            group.members.resize(index + 1, None);
+        }
+        group.members[index] = Some(new);
+        let drive = self.drives.get_mut(&new).expect("checked");
+        drive.group = Some((dg, index));
+        drive.member_uuid = Some(uuid);
+        drive.spare = false;
+        drive.spare_for = None;
+        let _ = self.save_drives();
+        self.events.push_info(
+            "pd_replace",
+            format!("physical drive {new} replaces drive {old} in drive group {dg}"),
+            Some(dg),
+            Some(new),
+        );
+        Ok(dg)
+    }
+
+    /// After a member failed: a suitable hot spare, dedicated first, takes its role.
+    pub(crate) fn take_spare(&mut self, dg: u32) {
+        let Some(group) = self.groups.get(&dg) else {
+            return;
+        };
+        let status = group.engine.status();
+        if status.rebuild.is_some() || status.state == tessera_raid::engine::GroupState::Failed {
+            return;
+        }
+        let roles = group.engine.geometry().members();
+        let needed = group.engine.superblock().data_offset_bytes
+            + group.engine.geometry().member_data_bytes();
+        let Some(role) = (0..roles).find(|&role| {
+            !status
+                .members
+                .iter()
+                .any(|m| m.role == Some(role) && (m.state == "online" || m.state == "rebuilding"))
+        }) else {
+            return;
+        };
+        let mut candidates: Vec<&Drive> = self
+            .drives
+            .values()
+            .filter(|drive| {
+                drive.spare
+                    && drive.group.is_none()
+                    && drive.spare_for.is_none_or(|for_dg| for_dg == dg)
+            })
+            .filter(|drive| {
+                drive
+                    .device
+                    .as_ref()
+                    .is_some_and(|device| device.size_bytes >= needed)
+            })
+            .collect();
+        candidates.sort_by_key(|drive| {
+            (
+                drive.spare_for.is_none(),
+                drive.device.as_ref().map(|d| d.size_bytes),
+            )
+        });
+        let Some(spare) = candidates.first().map(|drive| drive.id) else {
+            self.events.push_warning(
+                "no_spare",
+                format!("drive group {dg} is degraded and no hot spare fits"),
+                Some(dg),
+                None,
+            );
+            return;
+        };
+        let old = status
+            .members
+            .iter()
+            .enumerate()
+            .find(|(_, m)| m.role == Some(role))
+            .and_then(|(index, _)| group.members.get(index).copied().flatten());
+        let size_bytes = self.drives[&spare]
+            .device
+            .as_ref()
+            .expect("checked")
+            .size_bytes;
+        let uuid = random_uuid();
+        let group = self.groups.get_mut(&dg).expect("checked");
+        match group.engine.replace_member(role, uuid, size_bytes) {
+            Ok(index) => {
+                if group.members.len() <= index {
+                    group.members.resize(index + 1, None);
+                }
+                group.members[index] = Some(spare);
+                let drive = self.drives.get_mut(&spare).expect("checked");
+                drive.group = Some((dg, index));
+                drive.member_uuid = Some(uuid);
+                drive.spare = false;
+                drive.spare_for = None;
+                let _ = self.save_drives();
+                log!("hot spare {spare} takes role {role} of drive group {dg}");
+                self.events.push_warning(
+                    "spare_taken",
+                    format!(
+                        "hot spare {spare} replaces {} in drive group {dg}",
+                        old.map_or("a lost member".into(), |d| format!("drive {d}"))
+                    ),
+                    Some(dg),
+                    Some(spare),
+                );
+            }
+            Err(error) => log!("hot spare {spare} not used: {error}"),
+        }
+    }
+
+    /// `dg create`.
+    pub fn create_group(&mut self, request: NewGroup) -> Result<u32, AdminError> {
+        if self.stopping {
+            return Err(AdminError::Unavailable("the daemon is stopping".into()));
+        }
+        if request.drives.is_empty() {
+            return Err(AdminError::Invalid(
+                "a drive group needs physical drives".into(),
+            ));
+        }
+        for (i, id) in request.drives.iter().enumerate() {
+            if request.drives[..i].contains(id) {
+                return Err(AdminError::Invalid(format!(
+                    "physical drive {id} is listed twice"
+                )));
+            }
+            let drive = self.drive(*id)?;
+            if let Some((dg, _)) = drive.group {
+                return Err(AdminError::Conflict(format!(
+                    "physical drive {id} is already in drive group {dg}"
+                )));
+            }
+            if drive.spare {
+                return Err(AdminError::Conflict(format!(
+                    "physical drive {id} is a hot spare"
+                )));
+            }
+            if drive.device.is_none() {
+                return Err(AdminError::Conflict(format!(
+                    "physical drive {id} is missing"
+                )));
+            }
+            if let Some(damaged) = &drive.damaged {
+                return Err(AdminError::Conflict(format!(
+                    "physical drive {id} carries damaged Tessera metadata ({damaged})"
+                )));
+            }
+        }
+        let name = match request.name {
+            Some(name) => {
+                if self
+                    .groups
+                    .values()
+                    .any(|group| group.engine.superblock().name == name)
+                {
+                    return Err(AdminError::Conflict(format!(
+                        "a drive group is already named {name}"
+                    )));
+                }
+                name
+            }
+            None => (0..)
+                .map(|n| format!("dg{n}"))
+                .find(|n| {
+                    !self
+                        .groups
+                        .values()
+                        .any(|g| &g.engine.superblock().name == n)
+                })
+                .expect("a name"),
+        };
+        let id = self.next_group_id();
+        let member_uuids: Vec<Uuid> = request.drives.iter().map(|_| random_uuid()).collect();
+        let spec = CreateSpec {
+            group_uuid: random_uuid(),
+            name: name.clone(),
+            level: request.level,
+            chunk_bytes: request.chunk_bytes.unwrap_or(DEFAULT_CHUNK_BYTES),
+            members: request
+                .drives
+                .iter()
+                .zip(&member_uuids)
+                .map(|(drive, uuid)| {
+                    (
+                        *uuid,
+                        self.drives[drive]
+                            .device
+                            .as_ref()
+                            .expect("checked")
+                            .size_bytes,
+                    )
+                })
+                .collect(),
+            created_unix_seconds: unix_seconds(),
+            region_bytes: None,
+            journal_bytes: None,
+            journal_mode: request.journal_mode,
+            rebuild_rate_percent: 30,
+            config: GroupConfig {
+                dg_id: id,
+                virtual_drives: Vec::new(),
+            }
+            .encode(),
+        };
+        let engine = Engine::create(spec, engine_config(), self.parity.clone())
+            .map_err(|e| AdminError::Invalid(e.to_string()))?;
+        let members = request.drives.iter().map(|d| Some(*d)).collect();
+        for (index, (drive, uuid)) in request.drives.iter().zip(member_uuids).enumerate() {
+            let drive = self.drives.get_mut(drive).expect("checked");
+            drive.group = Some((id, index));
+            drive.member_uuid = Some(uuid);
+        }
+        let size = engine.data_bytes();
+        self.groups.insert(
+            id,
+            Group {
+                id,
+                engine,
+                members,
+                config: GroupConfig {
+                    dg_id: id,
+                    virtual_drives: Vec::new(),
+                },
+            },
+        );
+        log!(
+            "drive group {id} ({name}) created: {} over {} drives, {size} bytes",
+            request.level,
+            request.drives.len()
+        );
+        self.events.push_info(
+            "dg_created",
+            format!("drive group {id} ({name}) created: {}", request.level),
+            Some(id),
+            None,
+        );
+        Ok(id)
+    }
+
+    /// Finds a group by id or name.
+    pub fn find_group(&self, reference: &tessera_api::model::DgRef) -> Result<u32, AdminError> {
+        self.groups
+            .values()
+            .find(|group| reference.matches(group.id, &group.engine.superblock().name))
+            .map(|group| group.id)
+            .ok_or_else(|| AdminError::NotFound(format!("no drive group {reference}")))
+    }
+
+    /// `dg delete`, first step: refuses or stops the group. Returns true when the group can be
+    /// removed at once (call `finish_delete_group` once it has stopped).
+    pub fn begin_delete_group(&mut self, dg: u32, force: bool) -> Result<(), AdminError> {
+        let group = self
+            .groups
+            .get(&dg)
+            .ok_or_else(|| AdminError::NotFound(format!("no drive group {dg}")))?;
+        if !group.config.virtual_drives.is_empty() && !force {
+            let names: Vec<&str> = group
+                .config
+                .virtual_drives
+                .iter()
+                .map(|vd| vd.name.as_str())
+                .collect();
+            return Err(AdminError::Conflict(format!(
+                "drive group {dg} still holds virtual drives ({}); delete them or use --force",
+                names.join(", ")
+            )));
+        }
+        let names: Vec<String> = group
+            .config
+            .virtual_drives
+            .iter()
+            .map(|vd| vd.name.clone())
+            .collect();
+        for name in names {
+            self.close_vd_connections(&name);
+        }
+        self.groups.get_mut(&dg).expect("checked").engine.stop();
+        Ok(())
+    }
+
+    /// Whether a stopping group has stopped.
+    pub fn group_stopped(&self, dg: u32) -> bool {
+        self.groups.get(&dg).is_none_or(|group| {
+            group.engine.is_stopped()
+                || group.engine.state() == tessera_raid::engine::GroupState::Failed
+        })
+    }
+
+    /// `dg delete`, last step: erases the members' superblocks and forgets the group.
+    pub fn finish_delete_group(&mut self, dg: u32) -> Result<(), AdminError> {
+        let group = self
+            .groups
+            .remove(&dg)
+            .ok_or_else(|| AdminError::NotFound(format!("no drive group {dg}")))?;
+        for drive_id in group.members.iter().flatten() {
+            if let Some(drive) = self.drives.get_mut(drive_id) {
+                drive.group = None;
+                drive.member_uuid = None;
+                if let Some(device) = drive.device.as_mut()
+                    && let Err(error) = device.erase_superblocks()
+                {
+                    log!("drive {drive_id}: could not erase its superblocks: {error}");
+                }
+            }
+        }
+        self.events.push_info(
+            "dg_deleted",
+            format!("drive group {dg} deleted"),
+            Some(dg),
+            None,
+        );
+        Ok(())
+    }
+
+    /// The alignment of virtual drives in a group: whole stripes, and at least 1 MiB.
+    fn vd_alignment(group: &Group) -> u64 {
+        let stripe = group.engine.geometry().stripe_data_bytes();
+        (1u64 << 20).div_ceil(stripe) * stripe
+    }
+
+    /// `vd create`: places the drive and records it; returns the superblock generation that
+    /// will carry it (the caller waits until it is durable).
+    pub fn create_vd(
+        &mut self,
+        dg: u32,
+        name: Option<String>,
+        size_bytes: u64,
+    ) -> Result<(String, u64), AdminError> {
+        if size_bytes == 0 {
+            return Err(AdminError::Invalid(
+                "the size must be more than 0 bytes".into(),
+            ));
+        }
+        let name = match name {
+            Some(name) => {
+                tessera_api::model::validate_name(&name).map_err(AdminError::Invalid)?;
+                name
+            }
+            None => (0..)
+                .map(|n| format!("vd{n}"))
+                .find(|n| self.find_vd(n).is_none())
+                .expect("a name"),
+        };
+        if self.find_vd(&name).is_some() {
+            return Err(AdminError::Conflict(format!(
+                "a virtual drive is already named {name}"
+            )));
+        }
+        let group = self
+            .groups
+            .get_mut(&dg)
+            .ok_or_else(|| AdminError::NotFound(format!("no drive group {dg}")))?;
+        let size_bytes = size_bytes.div_ceil(4096) * 4096;
+        let data_bytes = group.engine.data_bytes();
+        let align = DataPlane::vd_alignment(group);
+        let offset_bytes = group.config.find_space(size_bytes, align, data_bytes).ok_or_else(|| {
+            AdminError::Conflict(format!(
+                "drive group {dg} has no free extent of {size_bytes} bytes ({} bytes free in all)",
+                group.config.free_bytes(data_bytes)
+            ))
+        })?;
+        let mut config = group.config.clone();
+        config.virtual_drives.push(VdRecord {
+            name: name.clone(),
+            offset_bytes,
+            size_bytes,
+        });
+        let blob = config.encode();
+        if blob.len() > tessera_raid::superblock::MAX_CONFIG_BYTES {
+            return Err(AdminError::Conflict(format!(
+                "drive group {dg} holds as many virtual drives as its superblock can record"
+            )));
+        }
+        group.config = config;
+        let generation = group.engine.set_config(blob);
+        self.events.push_info(
+            "vd_created",
+            format!("virtual drive {name} created on drive group {dg}: {size_bytes} bytes"),
+            Some(dg),
+            None,
+        );
+        Ok((name, generation))
+    }
+
+    /// `vd delete`.
+    pub fn delete_vd(&mut self, name: &str, force: bool) -> Result<(u32, u64), AdminError> {
+        let (group, _) = self
+            .find_vd(name)
+            .ok_or_else(|| AdminError::NotFound(format!("no virtual drive {name}")))?;
+        let dg = group.id;
+        let connections = self.vd_connections(name);
+        if connections > 0 && !force {
+            return Err(AdminError::Conflict(format!(
+                "virtual drive {name} has {connections} client connection(s); disconnect them or use --force"
+            )));
+        }
+        self.close_vd_connections(name);
+        let group = self.groups.get_mut(&dg).expect("found");
+        group.config.virtual_drives.retain(|vd| vd.name != name);
+        let generation = group.engine.set_config(group.config.encode());
+        self.events.push_info(
+            "vd_deleted",
+            format!("virtual drive {name} deleted"),
+            Some(dg),
+            None,
+        );
+        Ok((dg, generation))
+    }
+
+    /// Whether superblock generation `generation` of group `dg` is durable.
+    pub fn generation_durable(&self, dg: u32, generation: u64) -> bool {
+        self.groups
+            .get(&dg)
+            .is_none_or(|group| group.engine.durable_generation() >= generation)
+    }
+
+    pub(crate) fn find_vd(&self, name: &str) -> Option<(&Group, &VdRecord)> {
+        self.groups.values().find_map(|group| {
+            group
+                .config
+                .virtual_drives
+                .iter()
+                .find(|vd| vd.name == name)
+                .map(|vd| (group, vd))
+        })
+    }
+}

@@ -1,0 +1,496 @@
+//! Drive groups on the data plane: each engine's member commands become driver operations (or
+//! immediate copies for in-memory drives, or queued requests for remote ones), and completions
+//! go back to the engine.
+
+use super::{DataPlane, Drive, Token};
+use crate::blob::GroupConfig;
+use crate::devices::{Device, Handle, Probe};
+use crate::log;
+use std::collections::BTreeMap;
+use std::os::fd::RawFd;
+use tessera_io::{Completion, Driver, Operation, SyncMember};
+use tessera_raid::engine::{
+    Command, CommandId, DeviceProbe, Engine, EngineConfig, MemberCommand, MemberError, MemberOp,
+};
+use tessera_raid::superblock::{Superblock, Uuid};
+
+/// A drive group served by this data plane.
+pub(crate) struct Group {
+    pub id: u32,
+    pub engine: Engine,
+    /// Member index -> drive id.
+    pub members: Vec<Option<u32>>,
+    pub config: GroupConfig,
+}
+
+/// The wake descriptor of a remote drive.
+pub(crate) fn remote_wake_fd(device: &Device) -> Option<RawFd> {
+    match &device.handle {
+        Handle::Remote(remote) => Some(remote.wake_fd()),
+        _ => None,
+    }
+}
+
+/// Engine settings for the daemon.
+pub(crate) fn engine_config() -> EngineConfig {
+    EngineConfig {
+        pool_bytes: 256 << 20,
+        ..EngineConfig::default()
+    }
+}
+
+impl DataPlane {
+    /// Opens every drive listed in the state directory and reads its superblock.
+    pub(super) fn load_drives(&mut self) -> Result<(), String> {
+        let state = self.state.load()?;
+        for record in state.drives {
+            let mut drive = Drive {
+                id: record.id,
+                path: record.path.clone(),
+                device: None,
+                open_error: None,
+                member_uuid: None,
+                spare: record.spare,
+                spare_for: record.spare_for,
+                group: None,
+                damaged: None,
+            };
+            match Device::open(&record.path) {
+                Ok(mut device) => {
+                    match device.probe() {
+                        Ok(Probe::Member(superblock)) => {
+                            drive.member_uuid = Some(superblock.member_uuid)
+                        }
+                        Ok(Probe::Blank) => {}
+                        Ok(Probe::Damaged(error)) => drive.damaged = Some(error.to_string()),
+                        Err(error) => drive.open_error = Some(error),
+                    }
+                    self.attach_device(&mut drive, device);
+                }
+                Err(error) => {
+                    log!("drive {} ({}) is missing: {error}", record.id, record.path);
+                    drive.open_error = Some(error);
+                }
+            }
+            self.drives.insert(record.id, drive);
+        }
+        Ok(())
+    }
+
+    /// Gives a freshly opened device to a drive, attached to the driver as it needs.
+    pub(crate) fn attach_device(&mut self, drive: &mut Drive, device: Device) {
+        if let Handle::Local(member) = &device.handle {
+            member.attach_to(&mut self.driver);
+        }
+        drive.device = Some(device);
+    }
+
+    /// Groups the drives by the group their superblocks name and assembles each group.
+    pub(super) fn assemble_groups(&mut self) {
+        let mut by_group: BTreeMap<Uuid, Vec<(u32, Superblock)>> = BTreeMap::new();
+        let ids: Vec<u32> = self.drives.keys().copied().collect();
+        for id in ids {
+            let Some(device) = self
+                .drives
+                .get_mut(&id)
+                .and_then(|drive| drive.device.as_mut())
+            else {
+                continue;
+            };
+            if let Ok(Probe::Member(superblock)) = device.probe() {
+                by_group
+                    .entry(superblock.group_uuid)
+                    .or_default()
+                    .push((id, *superblock));
+            }
+        }
+        for (uuid, members) in by_group {
+            if let Err(error) = self.assemble_group(members) {
+                log!("drive group {uuid} not started: {error}");
+                self.events.push_error(
+                    "assemble_failed",
+                    format!("drive group {uuid} not started: {error}"),
+                    None,
+                    None,
+                );
+            }
+        }
+    }
+
+    fn assemble_group(&mut self, members: Vec<(u32, Superblock)>) -> Result<(), String> {
+        let probes = members
+            .iter()
+            .map(|(_, superblock)| DeviceProbe {
+                superblock: superblock.clone(),
+            })
+            .collect();
+        let (engine, mapping) = Engine::assemble(probes, engine_config(), self.parity.clone())
+            .map_err(|e| e.to_string())?;
+        let data_bytes = engine.data_bytes();
+        let mut config = GroupConfig::decode(&engine.superblock().config, data_bytes)
+            .unwrap_or_else(|error| {
+                log!(
+                    "drive group {}: {error}; starting with no virtual drives",
+                    engine.superblock().name
+                );
+                GroupConfig::default()
+            });
+        if self.groups.contains_key(&config.dg_id) {
+            let fresh = self.next_group_id();
+            log!(
+                "drive group {} asked for id {}, already taken: using {fresh}",
+                engine.superblock().name,
+                config.dg_id
+            );
+            config.dg_id = fresh;
+        }
+        let id = config.dg_id;
+        let member_count = engine.superblock().members.len();
+        let mut group = Group {
+            id,
+            engine,
+            members: vec![None; member_count],
+            config,
+        };
+        for ((drive_id, _), member) in members.iter().zip(mapping) {
+            match member {
+                Some(member) => {
+                    group.members[member] = Some(*drive_id);
+                    self.drives.get_mut(drive_id).expect("probed drive").group = Some((id, member));
+                }
+                None => log!("drive {drive_id} is not listed by its drive group; left alone"),
+            }
+        }
+        log!(
+            "drive group {} ({}): {} members, state {}",
+            group.engine.superblock().name,
+            group.engine.superblock().group_uuid,
+            member_count,
+            group.engine.state()
+        );
+        self.groups.insert(id, group);
+        Ok(())
+    }
+
+    pub(crate) fn next_group_id(&self) -> u32 {
+        (0..)
+            .find(|id| !self.groups.contains_key(id))
+            .expect("a free id")
+    }
+
+    /// Drains every engine's output, carrying out member commands and delivering replies,
+    /// until nothing is left (in-memory completions feed straight back in).
+    pub(super) fn process_engines(&mut self) {
+        loop {
+            let mut progressed = false;
+            for (group, command, result) in std::mem::take(&mut self.immediate) {
+                if let Some(group) = self.groups.get_mut(&group) {
+                    group.engine.complete(command, result);
+                }
+                progressed = true;
+            }
+            let ids: Vec<u32> = self.groups.keys().copied().collect();
+            for id in ids {
+                while let Some(command) = self
+                    .groups
+                    .get_mut(&id)
+                    .and_then(|group| group.engine.poll())
+                {
+                    progressed = true;
+                    match command {
+                        Command::Member(command) => self.start_member_io(id, command),
+                        Command::Reply(reply) => self.host_reply(id, reply),
+                        Command::Event(event) => self.group_event(id, event),
+                    }
+                }
+            }
+            self.flush_connections();
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn start_member_io(&mut self, group_id: u32, command: MemberCommand) {
+        let group = self.groups.get_mut(&group_id).expect("live group");
+        let drive_id = group.members.get(command.member).copied().flatten();
+        let Some(device) = drive_id
+            .and_then(|id| self.drives.get_mut(&id))
+            .and_then(|drive| drive.device.as_mut())
+        else {
+            self.immediate
+                .push((group_id, command.id, Err(MemberError::Gone)));
+            return;
+        };
+        let pool = group.engine.pool_mut();
+        match &mut device.handle {
+            Handle::Memory(member) => {
+                let result = match command.op {
+                    MemberOp::Read {
+                        offset_bytes,
+                        buffer,
+                    } => member.read_at(offset_bytes, pool.bytes_mut(buffer)),
+                    MemberOp::Write {
+                        offset_bytes,
+                        buffer,
+                    } => member.write_at(offset_bytes, pool.bytes(buffer)),
+                    MemberOp::Flush => member.flush(),
+                };
+                self.immediate
+                    .push((group_id, command.id, result.map_err(|_| MemberError::Io)));
+            }
+            Handle::Local(member) => {
+                let token = self.tokens.insert(Token::Member {
+                    group: group_id,
+                    command: command.id,
+                });
+                match command.op {
+                    MemberOp::Read {
+                        offset_bytes,
+                        buffer,
+                    } => {
+                        let pointer = pool.as_mut_ptr(buffer);
+                        let fd = member.fd_for(offset_bytes, buffer.len_bytes, pointer);
+                        let operation = Operation::Read {
+                            fd,
+                            offset_bytes,
+                            buffer: pointer,
+                            len_bytes: buffer.len_bytes,
+                        };
+                        // SAFETY: the engine keeps the buffer live and untouched until this
+                        // command completes (engine invariant), and the device keeps `fd` open.
+                        unsafe { self.driver.submit(token, operation) };
+                    }
+                    MemberOp::Write {
+                        offset_bytes,
+                        buffer,
+                    } => {
+                        let pointer = pool.as_mut_ptr(buffer);
+                        let fd = member.fd_for(offset_bytes, buffer.len_bytes, pointer);
+                        let operation = Operation::Write {
+                            fd,
+                            offset_bytes,
+                            buffer: pointer,
+                            len_bytes: buffer.len_bytes,
+                        };
+                        // SAFETY: as for reads; the engine does not modify a buffer in flight.
+                        unsafe { self.driver.submit(token, operation) };
+                    }
+                    MemberOp::Flush => self.driver.submit_fsync(token, member.flush_fd()),
+                }
+            }
+            Handle::Remote(remote) => {
+                let token = self.tokens.insert(Token::Member {
+                    group: group_id,
+                    command: command.id,
+                });
+                match command.op {
+                    MemberOp::Read {
+                        offset_bytes,
+                        buffer,
+                    } => {
+                        let pointer = pool.as_mut_ptr(buffer);
+                        // SAFETY: the engine keeps the buffer live and untouched until completion.
+                        unsafe {
+                            remote.submit_read(token, offset_bytes, pointer, buffer.len_bytes)
+                        };
+                    }
+                    MemberOp::Write {
+                        offset_bytes,
+                        buffer,
+                    } => {
+                        let pointer = pool.as_mut_ptr(buffer);
+                        // SAFETY: as for reads.
+                        unsafe {
+                            remote.submit_write(token, offset_bytes, pointer, buffer.len_bytes)
+                        };
+                    }
+                    MemberOp::Flush => remote.submit_flush(token),
+                }
+            }
+        }
+    }
+
+    /// A member operation finished: reads and writes must move every byte.
+    pub(super) fn member_done(&mut self, group_id: u32, command: CommandId, result: i32) {
+        let Some(group) = self.groups.get_mut(&group_id) else {
+            return;
+        };
+        let outcome = if result >= 0 {
+            Ok(())
+        } else if tessera_io::errno_means_gone(-result) {
+            Err(MemberError::Gone)
+        } else {
+            Err(MemberError::Io)
+        };
+        // Short transfers cannot happen inside a member's size; the engine sees them as errors
+        // only through a negative result.
+        group.engine.complete(command, outcome);
+    }
+
+    pub(super) fn remote_wake(&mut self, drive_id: u32) {
+        let mut completions: Vec<Completion> = Vec::new();
+        let fd = match self
+            .drives
+            .get(&drive_id)
+            .and_then(|drive| drive.device.as_ref())
+            .map(|device| &device.handle)
+        {
+            Some(Handle::Remote(remote)) => {
+                remote.take_completions(&mut completions);
+                Some(remote.wake_fd())
+            }
+            _ => None,
+        };
+        for completion in completions {
+            if let Some(Token::Member { group, command }) = self.tokens.remove(completion.token) {
+                self.member_done(group, command, completion.result);
+            }
+        }
+        if let Some(fd) = fd {
+            self.arm_remote_wake(drive_id, fd);
+        }
+    }
+
+    fn group_event(&mut self, group_id: u32, event: tessera_raid::engine::GroupEvent) {
+        use tessera_raid::engine::GroupEvent;
+        let name = self
+            .groups
+            .get(&group_id)
+            .map(|g| g.engine.superblock().name)
+            .unwrap_or_default();
+        let pd_of = |plane: &DataPlane, member: usize| {
+            plane
+                .groups
+                .get(&group_id)
+                .and_then(|g| g.members.get(member).copied().flatten())
+        };
+        match event {
+            GroupEvent::StateChanged { from, to } => {
+                let severity_error = matches!(to, tessera_raid::engine::GroupState::Failed);
+                let message = format!("drive group {name}: {from} -> {to}");
+                log!("{message}");
+                if severity_error {
+                    self.events
+                        .push_error("dg_state", message, Some(group_id), None);
+                } else if matches!(to, tessera_raid::engine::GroupState::Degraded) {
+                    self.events
+                        .push_warning("dg_state", message, Some(group_id), None);
+                } else {
+                    self.events
+                        .push_info("dg_state", message, Some(group_id), None);
+                }
+            }
+            GroupEvent::MemberFailed { member, reason, .. } => {
+                let pd = pd_of(self, member);
+                let message = format!(
+                    "drive group {name}: member {member} (drive {}) failed: {reason}",
+                    pd.map_or("?".into(), |p| p.to_string())
+                );
+                log!("{message}");
+                self.events
+                    .push_error("pd_failed", message, Some(group_id), pd);
+                self.take_spare(group_id);
+            }
+            GroupEvent::RebuildStarted { member, role } => {
+                let pd = pd_of(self, member);
+                let message = format!(
+                    "drive group {name}: rebuild of role {role} onto drive {} started",
+                    pd.map_or("?".into(), |p| p.to_string())
+                );
+                log!("{message}");
+                self.events
+                    .push_info("rebuild_started", message, Some(group_id), pd);
+            }
+            GroupEvent::RebuildFinished { member, role } => {
+                let pd = pd_of(self, member);
+                let message = format!(
+                    "drive group {name}: rebuild of role {role} onto drive {} finished",
+                    pd.map_or("?".into(), |p| p.to_string())
+                );
+                log!("{message}");
+                self.events
+                    .push_info("rebuild_finished", message, Some(group_id), pd);
+                self.release_replaced_members(group_id);
+            }
+            GroupEvent::ReadErrorRepaired {
+                member,
+                offset_bytes,
+                len_bytes,
+            } => {
+                let pd = pd_of(self, member);
+                self.events.push_warning(
+                    "read_error_repaired",
+                    format!("drive group {name}: read error on member {member} at {offset_bytes}+{len_bytes} repaired from redundancy"),
+                    Some(group_id),
+                    pd,
+                );
+            }
+            GroupEvent::DataLost {
+                offset_bytes,
+                len_bytes,
+            } => {
+                let message = format!(
+                    "drive group {name}: data at {offset_bytes}+{len_bytes} lost beyond redundancy; reads of it fail"
+                );
+                log!("{message}");
+                self.events
+                    .push_critical("data_lost", message, Some(group_id), None);
+            }
+            GroupEvent::ResyncFinished { regions } => {
+                self.events.push_info(
+                    "resync_finished",
+                    format!("drive group {name}: resync of {regions} regions finished"),
+                    Some(group_id),
+                    None,
+                );
+            }
+            GroupEvent::Started => {
+                self.events.push_info(
+                    "dg_started",
+                    format!("drive group {name} started"),
+                    Some(group_id),
+                    None,
+                );
+            }
+        }
+    }
+
+    /// After a rebuild, drives that no longer hold a role in the group leave it.
+    fn release_replaced_members(&mut self, group_id: u32) {
+        let Some(group) = self.groups.get(&group_id) else {
+            return;
+        };
+        let superblock = group.engine.superblock();
+        let listed: Vec<Uuid> = superblock
+            .members
+            .iter()
+            .map(|member| member.uuid)
+            .collect();
+        let leaving: Vec<u32> = group
+            .members
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|drive| {
+                self.drives
+                    .get(drive)
+                    .and_then(|d| d.member_uuid)
+                    .is_none_or(|uuid| !listed.contains(&uuid))
+            })
+            .collect();
+        for drive_id in leaving {
+            if let Some(drive) = self.drives.get_mut(&drive_id) {
+                drive.group = None;
+                log!("drive {drive_id} left drive group {group_id}");
+            }
+            if let Some(group) = self.groups.get_mut(&group_id) {
+                for slot in group.members.iter_mut() {
+                    if *slot == Some(drive_id) {
+                        *slot = None;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! The data plane: one thread with one event loop that owns the drives, the engines of the
+//! drive groups and the NBD connections. Everything else talks to it through `PlaneHandle::call`,
+//! which runs a closure on the loop thread between events, so the plane needs no locks.
+
+mod admin;
+mod group;
+mod nbd;
+mod views;
+
+use crate::ServeOptions;
+use crate::devices::Device;
+use crate::events::EventLog;
+use crate::log;
+use crate::state::StateDir;
+use group::Group;
+use nbd::{Connection, Listener};
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use tessera_io::{AnyDriver, Completion, Driver, EventFd};
+use tessera_raid::engine::CommandId;
+use tessera_raid::superblock::Uuid;
+
+pub use admin::{AdminError, NewGroup};
+
+/// A closure the control plane runs on the loop thread.
+pub type Call = Box<dyn FnOnce(&mut DataPlane) + Send>;
+
+/// How the control plane reaches the data plane.
+#[derive(Clone)]
+pub struct PlaneHandle {
+    sender: mpsc::Sender<Call>,
+    wake: Arc<EventFd>,
+}
+
+impl PlaneHandle {
+    /// Runs `work` on the data plane and returns its result; `None` if the data plane is gone
+    /// (shutting down).
+    pub fn call<R: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut DataPlane) -> R + Send + 'static,
+    ) -> Option<R> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        let call: Call = Box::new(move |plane| {
+            let _ = reply.send(work(plane));
+        });
+        self.sender.send(call).ok()?;
+        self.wake.signal();
+        answer.recv().ok()
+    }
+}
+
+/// What a driver completion belongs to.
+#[derive(Clone, Copy, Debug)]
+enum Token {
+    Member { group: u32, command: CommandId },
+    RemoteWake { drive: u32 },
+    Accept { listener: usize },
+    Recv { connection: u64 },
+    Send { connection: u64 },
+    Calls,
+    Signal,
+}
+
+/// One physical drive the daemon manages.
+pub(crate) struct Drive {
+    pub id: u32,
+    pub path: String,
+    pub device: Option<Device>,
+    /// Why the device could not be opened, if it could not.
+    pub open_error: Option<String>,
+    pub member_uuid: Option<Uuid>,
+    pub spare: bool,
+    pub spare_for: Option<u32>,
+    /// The group and member index it serves, if any.
+    pub group: Option<(u32, usize)>,
+    /// A read of its superblock found Tessera metadata that cannot be trusted.
+    pub damaged: Option<String>,
+}
+
+pub struct DataPlane {
+    pub(crate) options: ServeOptions,
+    pub(crate) parity: Arc<tessera_parity::Parity>,
+    driver: AnyDriver,
+    pub(crate) driver_report: (String, Option<String>),
+    tokens: tokens::Tokens<Token>,
+    pub(crate) drives: BTreeMap<u32, Drive>,
+    pub(crate) groups: BTreeMap<u32, Group>,
+    connections: tokens::Tokens<Connection>,
+    listeners: Vec<Listener>,
+    /// Engine request id (a key of this table) -> the connection request it answers.
+    requests: tokens::Tokens<nbd::HostRequest>,
+    calls: mpsc::Receiver<Call>,
+    wake: Arc<EventFd>,
+    signal_fd: Option<OwnedFd>,
+    pub(crate) events: EventLog,
+    pub(crate) state: StateDir,
+    pub(crate) started: Instant,
+    stopping: bool,
+    immediate: Vec<(
+        u32,
+        CommandId,
+        Result<(), tessera_raid::engine::MemberError>,
+    )>,
+    completions: Vec<Completion>,
+}
+
+mod tokens {
+    /// A table of live entries keyed by a u64 that is never reused while the entry lives.
+    pub struct Tokens<T> {
+        entries: Vec<(u64, Option<T>)>,
+        free: Vec<usize>,
+        next_generation: u64,
+        live: usize,
+    }
+
+    impl<T> Tokens<T> {
+        pub fn new() -> Tokens<T> {
+            Tokens {
+                entries: Vec::new(),
+                free: Vec::new(),
+                next_generation: 1,
+                live: 0,
+            }
+        }
+
+        pub fn insert(&mut self, value: T) -> u64 {
+            let generation = self.next_generation;
+            self.next_generation += 1;
+            let index = match self.free.pop() {
+                Some(index) => index,
+                None => {
+                    self.entries.push((0, None));
+                    self.entries.len() - 1
+                }
+            };
+            assert!(index < 1 << 24, "token table full");
+            self.entries[index] = (generation, Some(value));
+            self.live += 1;
+            (generation << 24) | index as u64
+        }
+
+        fn locate(&self, key: u64) -> Option<usize> {
+            let index = (key & 0xff_ffff) as usize;
+            match self.entries.get(index) {
+                Some((generation, _)) if *generation == key >> 24 => Some(index),
+                _ => None,
+            }
+        }
+
+        pub fn get(&self, key: u64) -> Option<&T> {
+            self.locate(key)
+                .and_then(|index| self.entries[index].1.as_ref())
+        }
+
+        pub fn get_mut(&mut self, key: u64) -> Option<&mut T> {
+            let index = self.locate(key)?;
+            self.entries[index].1.as_mut()
+        }
+
+        pub fn remove(&mut self, key: u64) -> Option<T> {
+            let index = self.locate(key)?;
+            let value = self.entries[index].1.take()?;
+            self.entries[index].0 = 0;
+            self.free.push(index);
+            self.live -= 1;
+            Some(value)
+        }
+
+        /// Takes a value out, keeping its key reserved until `put_back`.
+        pub fn take(&mut self, key: u64) -> T {
+            let index = self.locate(key).expect("live key");
+            self.entries[index].1.take().expect("value present")
+        }
+
+        pub fn put_back(&mut self, key: u64, value: T) {
+            let index = self.locate(key).expect("reserved key");
+            assert!(self.entries[index].1.is_none());
+            self.entries[index].1 = Some(value);
+        }
+
+        pub fn keys(&self) -> Vec<u64> {
+            self.entries
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, value))| value.is_some())
+                .map(|(index, (generation, _))| (generation << 24) | index as u64)
+                .collect()
+        }
+
+        pub fn len(&self) -> usize {
+            self.live
+        }
+    }
+}
+
+impl DataPlane {
+    /// Sets up the data plane: the driver, the NBD listeners, and every drive and group found
+    /// through the state directory.
+    pub fn new(
+        options: ServeOptions,
+        parity: Arc<tessera_parity::Parity>,
+        signal_fd: Option<OwnedFd>,
+    ) -> Result<(DataPlane, PlaneHandle), String> {
+        let opened = tessera_io::open_driver(tessera_io::DriverChoice::Auto)
+            .map_err(|e| format!("cannot start I/O: {e}"))?;
+        let driver_report = (
+            opened.driver.kind().to_string(),
+            opened.fallback_reason.clone(),
+        );
+        if let Some(reason) = &opened.fallback_reason {
+            log!("{reason}; using poll(2) and synchronous file I/O instead");
+        }
+        let state = StateDir::open(&options.state_dir)?;
+        let wake = Arc::new(EventFd::new().map_err(|e| format!("cannot create an eventfd: {e}"))?);
+        let (sender, calls) = mpsc::channel();
+        let mut listeners = vec![Listener::unix(&options.nbd_socket)?];
+        if let Some(address) = &options.nbd_listen {
+            listeners.push(Listener::tcp(address)?);
+        }
+        let mut plane = DataPlane {
+            options,
+            parity,
+            driver: opened.driver,
+            driver_report,
+            tokens: tokens::Tokens::new(),
+            drives: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            connections: tokens::Tokens::new(),
+            listeners,
+            requests: tokens::Tokens::new(),
+            calls,
+            wake: wake.clone(),
+            signal_fd,
+            events: EventLog::new(4096),
+            state,
+            started: Instant::now(),
+            stopping: false,
+            immediate: Vec::new(),
+            completions: Vec::new(),
+        };
+        plane.load_drives()?;
+        plane.assemble_groups();
+        Ok((plane, PlaneHandle { sender, wake }))
+    }
+
+    fn now_us(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64
+    }
+
+    /// Runs until a stop signal finishes an orderly shutdown.
+    pub fn run(mut self) {
+        self.arm_fixed_waits();
+        loop {
+            self.process_engines();
+            if self.stopping && self.shutdown_done() {
+                log!("all drive groups stopped cleanly");
+                break;
+            }
+            let timeout = self.next_timeout();
+            self.completions.clear();
+            let mut completions = std::mem::take(&mut self.completions);
+            if let Err(error) = self.driver.wait(&mut completions, timeout) {
+                log!("event loop wait failed: {error}");
+            }
+            for completion in &completions {
+                self.dispatch(*completion);
+            }
+            self.completions = completions;
+            let now = self.now_us();
+            for group in self.groups.values_mut() {
+                group.engine.tick(now);
+            }
+        }
+        for listener in &self.listeners {
+            listener.remove();
+        }
+    }
+
+    fn arm_fixed_waits(&mut self) {
+        let calls = self.tokens.insert(Token::Calls);
+        self.driver
+            .submit_poll_readable(calls, self.wake.as_raw_fd());
+        if let Some(fd) = &self.signal_fd {
+            let token = self.tokens.insert(Token::Signal);
+            self.driver.submit_poll_readable(token, fd.as_raw_fd());
+        }
+        for index in 0..self.listeners.len() {
+            self.arm_accept(index);
+        }
+        let remote: Vec<(u32, RawFd)> = self
+            .drives
+            .values()
+            .filter_map(|drive| Some((drive.id, group::remote_wake_fd(drive.device.as_ref()?)?)))
+            .collect();
+        for (drive, fd) in remote {
+            self.arm_remote_wake(drive, fd);
+        }
+    }
+
+    fn arm_accept(&mut self, listener: usize) {
+        if self.stopping {
+            return;
+        }
+        let token = self.tokens.insert(Token::Accept { listener });
+        self.driver
+            .submit_accept(token, self.listeners[listener].fd());
+    }
+
+    pub(crate) fn arm_remote_wake(&mut self, drive: u32, fd: RawFd) {
+        let token = self.tokens.insert(Token::RemoteWake { drive });
+        self.driver.submit_poll_readable(token, fd);
+    }
+
+    /// How long the loop may sleep: until the earliest engine timer, at most a second.
+    fn next_timeout(&self) -> Option<Duration> {
+        if !self.immediate.is_empty() {
+            return Some(Duration::ZERO);
+        }
+        let now = self.now_us();
+        let earliest = self
+            .groups
+            .values()
+            .filter_map(|group| group.engine.next_deadline_us())
+            .min();
+        let wait_us = earliest.map_or(1_000_000, |deadline| {
+            deadline.saturating_sub(now).min(1_000_000)
+        });
+        Some(Duration::from_micros(wait_us))
+    }
+
+    fn dispatch(&mut self, completion: Completion) {
+        let Some(token) = self.tokens.remove(completion.token) else {
+            return;
+        };
+        match token {
+            Token::Member { group, command } => self.member_done(group, command, completion.result),
+            Token::RemoteWake { drive } => self.remote_wake(drive),
+            Token::Accept { listener } => {
+                if completion.result >= 0 {
+                    self.accept_connection(listener, completion.result);
+                } else if !self.stopping {
+                    log!(
+                        "accept failed: {}",
+                        tessera_io::errno_text(-completion.result)
+                    );
+                }
+                self.arm_accept(listener);
+            }
+            Token::Recv { connection } => self.recv_done(connection, completion.result),
+            Token::Send { connection } => self.send_done(connection, completion.result),
+            Token::Calls => {
+                self.wake.drain();
+                while let Ok(call) = self.calls.try_recv() {
+                    call(self);
+                }
+                let token = self.tokens.insert(Token::Calls);
+                self.driver
+                    .submit_poll_readable(token, self.wake.as_raw_fd());
+            }
+            Token::Signal => {
+                log!("stop requested: finishing requests in flight and stopping drive groups");
+                self.begin_shutdown();
+            }
+        }
+    }
+
+    fn begin_shutdown(&mut self) {
+        self.stopping = true;
+        for group in self.groups.values_mut() {
+            group.engine.stop();
+        }
+        for key in self.connections.keys() {
+            self.close_connection(key, "daemon stopping");
+        }
+    }
+
+    fn shutdown_done(&self) -> bool {
+        self.connections.len() == 0
+            && self.groups.values().all(|group| {
+                group.engine.is_stopped()
+                    || group.engine.state() == tessera_raid::engine::GroupState::Failed
+            })
+    }
+}

@@ -1,0 +1,835 @@
+//! NBD connections on the data plane: handshake, then requests parsed from the socket and
+//! submitted to the virtual drive's engine, replies sent back (out of order, as they finish).
+//!
+//! Each connection keeps one receive and at most one send in flight. Write payloads land in a
+//! buffer of the engine's arena (copied from the receive buffer, or received straight into it
+//! when large), which the engine writes to the members without another copy; read replies are
+//! sent from the arena buffer the engine filled.
+
+use super::{DataPlane, Token};
+use crate::log;
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use tessera_buffer::BufferId;
+use tessera_io::{Driver, Operation, SendParts};
+use tessera_nbd::proto::REQUEST_HEADER_BYTES;
+use tessera_nbd::reply::encode_command_reply;
+use tessera_nbd::{
+    BlockSizeConstraints, Command, CommandFlags, Errno, ExportCatalog, ExportFeatures, ExportInfo,
+    HandshakeConfig, HandshakeStatus, Negotiated, ReadReply, Rejection, Request, ServerHandshake,
+    decode_request, validate,
+};
+use tessera_raid::engine::{HostError, HostOp, HostRequest as EngineRequest, Reply};
+
+const INBOX_BYTES: usize = 256 * 1024;
+/// Requests in flight per connection before the connection stops reading.
+const MAX_IN_FLIGHT: u32 = 256;
+
+pub(crate) enum Listener {
+    Unix { socket: UnixListener, path: PathBuf },
+    Tcp { socket: std::net::TcpListener },
+}
+
+impl Listener {
+    pub fn unix(path: &Path) -> Result<Listener, String> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        }
+        if let Ok(metadata) = std::fs::symlink_metadata(path) {
+            use std::os::unix::fs::FileTypeExt;
+            if !metadata.file_type().is_socket() {
+                return Err(format!(
+                    "{} exists and is not a socket; refusing to replace it",
+                    path.display()
+                ));
+            }
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(format!("another server answers on {}", path.display()));
+            }
+            let _ = std::fs::remove_file(path);
+        }
+        let socket = UnixListener::bind(path)
+            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        Ok(Listener::Unix {
+            socket,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn tcp(address: &str) -> Result<Listener, String> {
+        let socket = std::net::TcpListener::bind(address)
+            .map_err(|e| format!("cannot listen on {address}: {e}"))?;
+        Ok(Listener::Tcp { socket })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        match self {
+            Listener::Unix { socket, .. } => socket.as_raw_fd(),
+            Listener::Tcp { socket } => socket.as_raw_fd(),
+        }
+    }
+
+    pub fn remove(&self) {
+        if let Listener::Unix { path, .. } = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A request submitted to an engine on behalf of a connection.
+pub(crate) struct HostRequest {
+    connection: u64,
+    request: Request,
+}
+
+enum Phase {
+    Handshake(Box<ServerHandshake>),
+    Serving(Box<Serving>),
+}
+
+struct Serving {
+    negotiated: Negotiated,
+    group: u32,
+    vd_offset_bytes: u64,
+}
+
+/// A write payload being received into an arena buffer.
+struct Payload {
+    request: Request,
+    buffer: BufferId,
+    filled: usize,
+}
+
+/// Bytes to send: a header, optionally data from an arena buffer, and a trailer.
+struct Outgoing {
+    head: Vec<u8>,
+    data: Option<(u32, BufferId, u32)>,
+    tail: Vec<u8>,
+}
+
+pub(crate) struct Connection {
+    socket: OwnedFd,
+    phase: Phase,
+    inbox: Vec<u8>,
+    start: usize,
+    end: usize,
+    receiving: bool,
+    payload: Option<Payload>,
+    discard_bytes: usize,
+    outbox: VecDeque<Outgoing>,
+    sending: Option<Outgoing>,
+    in_flight: u32,
+    /// No more requests are read; the connection closes once replies are out.
+    closing: bool,
+    /// The engine had no buffer space for the next write: retry on the next loop turn.
+    stalled: bool,
+}
+
+/// The virtual drives this data plane exports, for the handshake.
+struct Catalog<'a> {
+    plane: &'a DataPlane,
+}
+
+impl ExportCatalog for Catalog<'_> {
+    fn lookup(&self, name: &str) -> Option<ExportInfo> {
+        let (group, vd) = self.plane.find_vd(name)?;
+        let mut info = ExportInfo::new(vd.name.clone(), vd.size_bytes);
+        info.description = Some(format!(
+            "Tessera virtual drive on drive group {}",
+            group.engine.superblock().name
+        ));
+        info.features = ExportFeatures {
+            multi_conn: true,
+            ..ExportFeatures::default()
+        };
+        info.block_size = BlockSizeConstraints::default();
+        Some(info)
+    }
+
+    fn list(&self) -> Vec<String> {
+        self.plane
+            .groups
+            .values()
+            .flat_map(|group| group.config.virtual_drives.iter().map(|vd| vd.name.clone()))
+            .collect()
+    }
+}
+
+impl DataPlane {
+    pub(super) fn accept_connection(&mut self, listener: usize, fd: i32) {
+        // SAFETY: the accept completion hands us a fresh descriptor that nothing else owns.
+        let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+        if matches!(self.listeners[listener], Listener::Tcp { .. }) {
+            let one: libc::c_int = 1;
+            // SAFETY: setsockopt with a valid int option on a socket we own.
+            unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::IPPROTO_TCP,
+                    libc::TCP_NODELAY,
+                    (&one as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as u32,
+                )
+            };
+        }
+        let mut handshake = ServerHandshake::new(HandshakeConfig::default());
+        let mut greeting = Vec::new();
+        handshake.take_output(&mut greeting);
+        let connection = Connection {
+            socket,
+            phase: Phase::Handshake(Box::new(handshake)),
+            inbox: vec![0; INBOX_BYTES],
+            start: 0,
+            end: 0,
+            receiving: false,
+            payload: None,
+            discard_bytes: 0,
+            outbox: VecDeque::from([Outgoing {
+                head: greeting,
+                data: None,
+                tail: Vec::new(),
+            }]),
+            sending: None,
+            in_flight: 0,
+            closing: false,
+            stalled: false,
+        };
+        let key = self.connections.insert(connection);
+        self.pump_connection(key);
+    }
+
+    /// Closes a connection once its requests in flight are answered.
+    pub(super) fn close_connection(&mut self, key: u64, why: &str) {
+        let Some(connection) = self.connections.get_mut(key) else {
+            return;
+        };
+        if !connection.closing {
+            connection.closing = true;
+            // SAFETY: shutdown(2) on a socket we own; it makes a pending recv complete.
+            unsafe { libc::shutdown(connection.socket.as_raw_fd(), libc::SHUT_RD) };
+            if why != "client disconnected" {
+                log!("NBD connection closing: {why}");
+            }
+        }
+        self.maybe_drop_connection(key);
+    }
+
+    fn maybe_drop_connection(&mut self, key: u64) {
+        let Some(connection) = self.connections.get(key) else {
+            return;
+        };
+        if connection.closing
+            && connection.in_flight == 0
+            && !connection.receiving
+            && connection.sending.is_none()
+        {
+            let mut connection = self.connections.remove(key).expect("live connection");
+            if let Some(payload) = connection.payload.take() {
+                self.free_buffer(connection_group(&connection), payload.buffer);
+            }
+            for outgoing in connection.outbox.drain(..) {
+                if let Some((group, buffer, _)) = outgoing.data {
+                    self.free_buffer(Some(group), buffer);
+                }
+            }
+        }
+    }
+
+    fn free_buffer(&mut self, group: Option<u32>, buffer: BufferId) {
+        if let Some(group) = group.and_then(|g| self.groups.get_mut(&g)) {
+            group.engine.pool_mut().free(buffer);
+        }
+    }
+
+    pub(super) fn recv_done(&mut self, key: u64, result: i32) {
+        let Some(connection) = self.connections.get_mut(key) else {
+            return;
+        };
+        connection.receiving = false;
+        if result <= 0 {
+            if result < 0 && !connection.closing {
+                log!(
+                    "NBD connection receive failed: {}",
+                    tessera_io::errno_text(-result)
+                );
+            }
+            self.close_connection(key, "client disconnected");
+            return;
+        }
+        let received = result as usize;
+        match &mut connection.payload {
+            Some(payload) => payload.filled += received,
+            None => connection.end += received,
+        }
+        self.pump_connection(key);
+    }
+
+    pub(super) fn send_done(&mut self, key: u64, result: i32) {
+        let Some(connection) = self.connections.get_mut(key) else {
+            return;
+        };
+        let sent = connection.sending.take().expect("a send was in flight");
+        if let Some((group, buffer, _)) = sent.data {
+            self.free_buffer(Some(group), buffer);
+        }
+        if result < 0 {
+            self.close_connection(key, "send failed");
+            return;
+        }
+        self.pump_connection(key);
+    }
+
+    /// Starts queued sends on every connection (after engines produced replies).
+    pub(super) fn flush_connections(&mut self) {
+        for key in self.connections.keys() {
+            let stalled = self.connections.get(key).is_some_and(|c| c.stalled);
+            if stalled {
+                self.connections.get_mut(key).expect("live").stalled = false;
+                self.pump_connection(key);
+            } else {
+                self.start_send(key);
+            }
+        }
+    }
+
+    /// Moves a connection forward: handshake bytes, requests, payloads, sends, receives.
+    fn pump_connection(&mut self, key: u64) {
+        loop {
+            let Some(connection) = self.connections.get(key) else {
+                return;
+            };
+            if connection.closing {
+                break;
+            }
+            let progressed = match connection.phase {
+                Phase::Handshake(_) => self.handshake_step(key),
+                Phase::Serving(_) => self.request_step(key),
+            };
+            if !progressed {
+                break;
+            }
+        }
+        self.start_send(key);
+        self.start_recv(key);
+        self.maybe_drop_connection(key);
+    }
+
+    fn handshake_step(&mut self, key: u64) -> bool {
+        let mut connection = self.connections.remove_for_step(key);
+        let Phase::Handshake(handshake) = &mut connection.phase else {
+            unreachable!()
+        };
+        let input = &connection.inbox[connection.start..connection.end];
+        let result = handshake.receive(input, &Catalog { plane: self });
+        let mut output = Vec::new();
+        handshake.take_output(&mut output);
+        if !output.is_empty() {
+            connection.outbox.push_back(Outgoing {
+                head: output,
+                data: None,
+                tail: Vec::new(),
+            });
+        }
+        let mut progressed = false;
+        match result {
+            Err(error) => {
+                connection.closing = true;
+                log!("NBD handshake refused: {error}");
+            }
+            Ok((consumed, status)) => {
+                connection.start += consumed;
+                progressed = consumed > 0;
+                match status {
+                    HandshakeStatus::Continue => {}
+                    HandshakeStatus::Close => connection.closing = true,
+                    HandshakeStatus::StartTls => {
+                        connection.closing = true;
+                        log!("NBD client asked for TLS, which this server does not offer yet");
+                    }
+                    HandshakeStatus::Done(negotiated) => {
+                        match self.find_vd(negotiated.export_name()) {
+                            Some((group, vd)) => {
+                                connection.phase = Phase::Serving(Box::new(Serving {
+                                    group: group.id,
+                                    vd_offset_bytes: vd.offset_bytes,
+                                    negotiated,
+                                }));
+                                progressed = true;
+                            }
+                            None => connection.closing = true,
+                        }
+                    }
+                }
+            }
+        }
+        compact(&mut connection);
+        let closing = connection.closing;
+        self.connections.restore_after_step(key, connection);
+        if closing {
+            self.close_connection(key, "handshake ended");
+        }
+        progressed && !closing
+    }
+
+    /// Parses and submits one request (or continues a payload); false when waiting for bytes.
+    fn request_step(&mut self, key: u64) -> bool {
+        let connection = self.connections.get_mut(key).expect("live connection");
+        if connection.discard_bytes > 0 {
+            let available = connection.end - connection.start;
+            let dropped = available.min(connection.discard_bytes);
+            connection.start += dropped;
+            connection.discard_bytes -= dropped;
+            compact(connection);
+            return dropped > 0 && connection.discard_bytes == 0;
+        }
+        if let Some(payload) = &connection.payload {
+            if payload.filled < payload.request.length_bytes as usize {
+                return false;
+            }
+            let payload = connection.payload.take().expect("payload");
+            self.submit_write(key, payload.request, payload.buffer);
+            return true;
+        }
+        if connection.in_flight >= MAX_IN_FLIGHT
+            || connection.end - connection.start < REQUEST_HEADER_BYTES
+        {
+            return false;
+        }
+        let request = match decode_request(&connection.inbox[connection.start..connection.end]) {
+            Ok(Some(request)) => request,
+            Ok(None) => return false,
+            Err(error) => {
+                self.close_connection(key, &format!("bad request: {error}"));
+                return false;
+            }
+        };
+        let Phase::Serving(serving) = &connection.phase else {
+            unreachable!()
+        };
+        let negotiated = &serving.negotiated;
+        if let Err(rejection) = validate(&request, negotiated) {
+            connection.start += REQUEST_HEADER_BYTES;
+            match rejection {
+                Rejection::Disconnect(reason) => {
+                    self.close_connection(key, &format!("request refused: {reason}"));
+                    return false;
+                }
+                Rejection::Error { errno, message } => {
+                    connection.discard_bytes = request.payload_bytes() as usize;
+                    let outgoing = error_reply(&request, negotiated, errno, message);
+                    connection.outbox.push_back(outgoing);
+                    compact(connection);
+                    return true;
+                }
+            }
+        }
+        let group = serving.group;
+        if request.command == Command::Write {
+            let Some(engine) = self.groups.get_mut(&group).map(|g| &mut g.engine) else {
+                return false;
+            };
+            let len = request.length_bytes as usize;
+            let Some(buffer) = engine.alloc_host_buffer(len) else {
+                // Out of buffer space: wait for replies to free some.
+                connection.stalled = true;
+                return false;
+            };
+            connection.start += REQUEST_HEADER_BYTES;
+            let available = (connection.end - connection.start).min(len);
+            engine.pool_mut().slice_mut(buffer)[..available]
+                .copy_from_slice(&connection.inbox[connection.start..connection.start + available]);
+            connection.start += available;
+            compact(connection);
+            connection.payload = Some(Payload {
+                request,
+                buffer,
+                filled: available,
+            });
+            return true;
+        }
+        connection.start += REQUEST_HEADER_BYTES;
+        compact(connection);
+        if request.command == Command::Disc {
+            self.close_connection(key, "client disconnected");
+            return false;
+        }
+        self.submit_request(key, request, None);
+        true
+    }
+
+    fn submit_write(&mut self, key: u64, request: Request, buffer: BufferId) {
+        self.submit_request(key, request, Some(buffer));
+    }
+
+    /// Hands a validated request to the engine (or answers it here when no engine work is needed).
+    fn submit_request(&mut self, key: u64, request: Request, buffer: Option<BufferId>) {
+        let connection = self.connections.get_mut(key).expect("live connection");
+        let Phase::Serving(serving) = &connection.phase else {
+            unreachable!()
+        };
+        let offset_bytes = serving.vd_offset_bytes + request.offset_bytes;
+        let len_bytes = u64::from(request.length_bytes);
+        let op = match request.command {
+            Command::Read => HostOp::Read {
+                offset_bytes,
+                len_bytes,
+            },
+            Command::Write => HostOp::Write {
+                offset_bytes,
+                buffer: buffer.expect("write payload"),
+                fua: request.flags.contains(CommandFlags::FUA),
+            },
+            Command::Flush => HostOp::Flush,
+            Command::Trim => HostOp::Trim {
+                offset_bytes,
+                len_bytes,
+            },
+            Command::WriteZeroes => HostOp::WriteZeroes {
+                offset_bytes,
+                len_bytes,
+                may_deallocate: !request.flags.contains(CommandFlags::NO_HOLE),
+                fast_only: request.flags.contains(CommandFlags::FAST_ZERO),
+                fua: request.flags.contains(CommandFlags::FUA),
+            },
+            _ => {
+                // CACHE is advisory and BLOCK_STATUS is not negotiated for thick drives.
+                let outgoing = Outgoing {
+                    head: command_reply(&request, &serving.negotiated, Ok(())),
+                    data: None,
+                    tail: Vec::new(),
+                };
+                connection.outbox.push_back(outgoing);
+                return;
+            }
+        };
+        if request.command != Command::Write && len_bytes == 0 && request.command != Command::Flush
+        {
+            let outgoing = if request.command == Command::Read {
+                let mut head = Vec::new();
+                let mut reply = ReadReply::new(&request, &serving.negotiated);
+                if reply.is_structured() {
+                    reply.finish(&mut head);
+                } else {
+                    reply.data(&mut head, request.offset_bytes, 0);
+                }
+                Outgoing {
+                    head,
+                    data: None,
+                    tail: Vec::new(),
+                }
+            } else {
+                Outgoing {
+                    head: command_reply(&request, &serving.negotiated, Ok(())),
+                    data: None,
+                    tail: Vec::new(),
+                }
+            };
+            connection.outbox.push_back(outgoing);
+            return;
+        }
+        let group = serving.group;
+        connection.in_flight += 1;
+        let id = self.requests.insert(HostRequest {
+            connection: key,
+            request,
+        });
+        match self.groups.get_mut(&group) {
+            Some(group) => group.engine.submit(EngineRequest { id, op }),
+            None => {
+                self.requests.remove(id);
+                let connection = self.connections.get_mut(key).expect("live connection");
+                connection.in_flight -= 1;
+                self.close_connection(key, "virtual drive gone");
+            }
+        }
+    }
+
+    /// An engine answered a request.
+    pub(super) fn host_reply(&mut self, group: u32, reply: Reply) {
+        let Some(pending) = self.requests.remove(reply.id) else {
+            return;
+        };
+        let Some(connection) = self.connections.get_mut(pending.connection) else {
+            if let Ok(Some(buffer)) = reply.result {
+                self.free_buffer(Some(group), buffer);
+            }
+            return;
+        };
+        connection.in_flight -= 1;
+        let request = pending.request;
+        let Phase::Serving(serving) = &connection.phase else {
+            unreachable!("requests only while serving")
+        };
+        let negotiated = &serving.negotiated;
+        let outgoing = match reply.result {
+            Ok(Some(buffer)) if !connection.closing => {
+                let mut head = Vec::new();
+                let mut tail = Vec::new();
+                let mut read = ReadReply::new(&request, negotiated);
+                read.data(&mut head, request.offset_bytes, request.length_bytes);
+                if read.is_structured() {
+                    read.finish(&mut tail);
+                }
+                Some(Outgoing {
+                    head,
+                    data: Some((group, buffer, request.length_bytes)),
+                    tail,
+                })
+            }
+            Ok(Some(buffer)) => {
+                self.free_buffer(Some(group), buffer);
+                None
+            }
+            Ok(None) => Some(Outgoing {
+                head: command_reply(&request, negotiated, Ok(())),
+                data: None,
+                tail: Vec::new(),
+            }),
+            Err(error) => {
+                let errno = match error {
+                    HostError::OutOfRange => Errno::Inval,
+                    HostError::Io => Errno::Io,
+                    HostError::NotFast => Errno::NotSup,
+                    HostError::ShuttingDown => Errno::Shutdown,
+                };
+                Some(error_reply(&request, negotiated, errno, &error.to_string()))
+            }
+        };
+        let connection = self
+            .connections
+            .get_mut(pending.connection)
+            .expect("live connection");
+        if let Some(outgoing) = outgoing {
+            if connection.closing {
+                if let Some((group, buffer, _)) = outgoing.data {
+                    self.free_buffer(Some(group), buffer);
+                }
+            } else {
+                connection.outbox.push_back(outgoing);
+            }
+        }
+        self.maybe_drop_connection(pending.connection);
+    }
+
+    fn start_send(&mut self, key: u64) {
+        let Some(connection) = self.connections.get_mut(key) else {
+            return;
+        };
+        if connection.sending.is_some() {
+            return;
+        }
+        // Replies without data travel together in one send.
+        let Some(mut outgoing) = connection.outbox.pop_front() else {
+            return;
+        };
+        while outgoing.data.is_none() && outgoing.tail.is_empty() {
+            match connection.outbox.front() {
+                Some(next)
+                    if next.data.is_none()
+                        && next.tail.is_empty()
+                        && outgoing.head.len() < 64 * 1024 =>
+                {
+                    let next = connection.outbox.pop_front().expect("front");
+                    outgoing.head.extend_from_slice(&next.head);
+                }
+                _ => break,
+            }
+        }
+        let mut parts = SendParts::new();
+        parts.push(outgoing.head.as_ptr(), outgoing.head.len() as u32);
+        if let Some((group, buffer, len)) = outgoing.data {
+            let engine = &self.groups.get(&group).expect("group of a reply").engine;
+            let slice = engine.pool().full(buffer);
+            assert_eq!(slice.len_bytes, len);
+            parts.push(engine.pool().as_mut_ptr(slice), len);
+        }
+        if !outgoing.tail.is_empty() {
+            parts.push(outgoing.tail.as_ptr(), outgoing.tail.len() as u32);
+        }
+        let fd = connection.socket.as_raw_fd();
+        connection.sending = Some(outgoing);
+        let token = self.tokens.insert(Token::Send { connection: key });
+        // SAFETY: the head and tail vectors move into `sending` without reallocating and the
+        // arena buffer stays allocated until `send_done` frees it; nothing writes to either.
+        unsafe { self.driver.submit(token, Operation::Send { fd, parts }) };
+    }
+
+    fn start_recv(&mut self, key: u64) {
+        let Some(connection) = self.connections.get_mut(key) else {
+            return;
+        };
+        if connection.receiving || connection.closing || connection.stalled {
+            return;
+        }
+        let (pointer, len) = match &connection.payload {
+            Some(payload) => {
+                let remaining = payload.request.length_bytes as usize - payload.filled;
+                if remaining == 0 {
+                    return;
+                }
+                let Phase::Serving(serving) = &connection.phase else {
+                    unreachable!()
+                };
+                let engine = &self.groups.get(&serving.group).expect("group").engine;
+                let slice = engine.pool().full(payload.buffer);
+                // SAFETY: `filled < len` of a live arena buffer.
+                (
+                    unsafe { engine.pool().as_mut_ptr(slice).add(payload.filled) },
+                    remaining,
+                )
+            }
+            None => {
+                if connection.in_flight >= MAX_IN_FLIGHT || connection.end == connection.inbox.len()
+                {
+                    return;
+                }
+                let room = connection.inbox.len() - connection.end;
+                // SAFETY: `end < len` of the inbox vector.
+                (
+                    unsafe { connection.inbox.as_mut_ptr().add(connection.end) },
+                    room,
+                )
+            }
+        };
+        connection.receiving = true;
+        let fd = connection.socket.as_raw_fd();
+        let token = self.tokens.insert(Token::Recv { connection: key });
+        // SAFETY: the inbox is never resized and is only compacted while no receive is in
+        // flight; a payload buffer stays allocated until the write is submitted, which happens
+        // only after this receive completes.
+        unsafe {
+            self.driver.submit(
+                token,
+                Operation::Recv {
+                    fd,
+                    buffer: pointer,
+                    len_bytes: len as u32,
+                },
+            )
+        };
+    }
+}
+
+fn connection_group(connection: &Connection) -> Option<u32> {
+    match &connection.phase {
+        Phase::Serving(serving) => Some(serving.group),
+        Phase::Handshake(_) => None,
+    }
+}
+
+/// Moves unread bytes to the front of the inbox (only while no receive is in flight).
+fn compact(connection: &mut Connection) {
+    if connection.receiving {
+        return;
+    }
+    if connection.start == connection.end {
+        connection.start = 0;
+        connection.end = 0;
+    } else if connection.start > connection.inbox.len() / 2 {
+        connection
+            .inbox
+            .copy_within(connection.start..connection.end, 0);
+        connection.end -= connection.start;
+        connection.start = 0;
+    }
+}
+
+fn command_reply(
+    request: &Request,
+    negotiated: &Negotiated,
+    result: Result<(), (Errno, &str)>,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_command_reply(
+        &mut out,
+        request.cookie,
+        negotiated.structured_replies,
+        result,
+    );
+    out
+}
+
+fn error_reply(
+    request: &Request,
+    negotiated: &Negotiated,
+    errno: Errno,
+    message: &str,
+) -> Outgoing {
+    let mut head = Vec::new();
+    if request.command == Command::Read {
+        let outcome = ReadReply::new(request, negotiated).error(&mut head, errno, message);
+        assert_eq!(
+            outcome,
+            tessera_nbd::ReadErrorOutcome::Reported,
+            "nothing was sent before the error"
+        );
+    } else {
+        encode_command_reply(
+            &mut head,
+            request.cookie,
+            negotiated.structured_replies,
+            Err((errno, message)),
+        );
+    }
+    Outgoing {
+        head,
+        data: None,
+        tail: Vec::new(),
+    }
+}
+
+impl super::tokens::Tokens<Connection> {
+    /// Takes a connection out for a step that needs the rest of the plane; `restore_after_step`
+    /// puts it back under the same key.
+    fn remove_for_step(&mut self, key: u64) -> Connection {
+        self.take(key)
+    }
+
+    fn restore_after_step(&mut self, key: u64, connection: Connection) {
+        self.put_back(key, connection);
+    }
+}
+
+impl DataPlane {
+    /// Client connections to a virtual drive.
+    pub(crate) fn vd_connections(&self, name: &str) -> u32 {
+        self.connections
+            .keys()
+            .into_iter()
+            .filter(|&key| {
+                self.connection_export(key)
+                    .is_some_and(|export| export == name)
+            })
+            .count() as u32
+    }
+
+    /// Closes every connection to a virtual drive (it is being deleted).
+    pub(crate) fn close_vd_connections(&mut self, name: &str) {
+        let keys: Vec<u64> = self
+            .connections
+            .keys()
+            .into_iter()
+            .filter(|&key| {
+                self.connection_export(key)
+                    .is_some_and(|export| export == name)
+            })
+            .collect();
+        for key in keys {
+            self.close_connection(key, "virtual drive deleted");
+        }
+    }
+
+    fn connection_export(&self, key: u64) -> Option<&str> {
+        let connection = self.connections.get(key)?;
+        if connection.closing {
+            return None;
+        }
+        match &connection.phase {
+            Phase::Serving(serving) => Some(serving.negotiated.export_name()),
+            Phase::Handshake(_) => None,
+        }
+    }
+}

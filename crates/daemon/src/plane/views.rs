@@ -1,0 +1,331 @@
+//! The API's views of drives, groups and virtual drives, built from the data plane's state.
+
+use super::group::Group;
+use super::{DataPlane, Drive};
+use crate::blob::VdRecord;
+use tessera_api::model::{
+    BadRange, DgState, DgView, InfoView, IoView, JournalMode, JournalPlacement, JournalView,
+    KernelSpeedView, MemberView, ParityChoiceView, ParityEngineView, ParitySelectionView, PdKind,
+    PdState, PdView, RaidLevel, RebuildKind, RebuildView, VdView,
+};
+use tessera_raid::engine::GroupState;
+use tessera_raid::geometry::Level;
+
+fn raid_level(level: Level) -> RaidLevel {
+    match level {
+        Level::Raid0 => RaidLevel::Raid0,
+        Level::Raid1 => RaidLevel::Raid1,
+        Level::Raid10 => RaidLevel::Raid10,
+        Level::Raid5 => RaidLevel::Raid5,
+        Level::Raid6 => RaidLevel::Raid6,
+    }
+}
+
+fn member_state(state: &str) -> PdState {
+    match state {
+        "online" => PdState::Online,
+        "rebuilding" => PdState::Rebuilding,
+        "missing" => PdState::Missing,
+        "hot_spare" => PdState::HotSpare,
+        _ => PdState::Failed,
+    }
+}
+
+fn journal_mode(mode: tessera_raid::superblock::JournalMode) -> JournalMode {
+    match mode {
+        tessera_raid::superblock::JournalMode::AlwaysOff => JournalMode::AlwaysOff,
+        tessera_raid::superblock::JournalMode::DegradeOnly => JournalMode::DegradeOnly,
+        tessera_raid::superblock::JournalMode::AlwaysOn => JournalMode::AlwaysOn,
+    }
+}
+
+impl DataPlane {
+    pub fn pd_views(&self) -> Vec<PdView> {
+        self.drives
+            .values()
+            .map(|drive| self.pd_view(drive))
+            .collect()
+    }
+
+    pub fn pd_view_of(&self, id: u32) -> Option<PdView> {
+        self.drives.get(&id).map(|drive| self.pd_view(drive))
+    }
+
+    fn pd_view(&self, drive: &Drive) -> PdView {
+        let kind = drive
+            .device
+            .as_ref()
+            .map_or_else(|| guess_kind(&drive.path), |device| device.kind);
+        let size_bytes = drive.device.as_ref().map_or(0, |device| device.size_bytes);
+        let (state, role) = match (drive.group, &drive.device) {
+            (Some((dg, member)), _) => {
+                let group = &self.groups[&dg];
+                let status = group.engine.status();
+                let view = status.members.get(member);
+                (
+                    view.map_or(PdState::Failed, |m| member_state(m.state)),
+                    view.and_then(|m| m.role).map(|r| r as u32),
+                )
+            }
+            (None, None) => (PdState::Missing, None),
+            (None, Some(_)) if drive.spare => (PdState::HotSpare, None),
+            (None, Some(_)) => (PdState::Unconfigured, None),
+        };
+        PdView {
+            id: drive.id,
+            path: drive.path.clone(),
+            kind,
+            uuid: drive
+                .member_uuid
+                .map(|uuid| uuid.to_string())
+                .unwrap_or_default(),
+            size_bytes,
+            state,
+            dg: drive.group.map(|(dg, _)| dg),
+            role,
+            spare_for: drive.spare_for,
+        }
+    }
+
+    pub fn dg_views(&self) -> Vec<DgView> {
+        self.groups
+            .values()
+            .map(|group| self.dg_view(group))
+            .collect()
+    }
+
+    pub fn dg_view_of(&self, dg: u32) -> Option<DgView> {
+        self.groups.get(&dg).map(|group| self.dg_view(group))
+    }
+
+    fn dg_view(&self, group: &Group) -> DgView {
+        let engine = &group.engine;
+        let superblock = engine.superblock();
+        let status = engine.status();
+        let geometry = engine.geometry();
+        let members = status
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(_, member)| member.role.is_some())
+            .map(|(index, member)| {
+                let pd = group.members.get(index).copied().flatten();
+                MemberView {
+                    pd,
+                    path: pd
+                        .and_then(|id| self.drives.get(&id))
+                        .map(|d| d.path.clone())
+                        .unwrap_or_default(),
+                    role: member.role.expect("filtered") as u32,
+                    state: member_state(member.state),
+                    data_offset_bytes: superblock.data_offset_bytes,
+                }
+            })
+            .collect::<Vec<_>>();
+        let mut members = members;
+        members.sort_by_key(|member| (member.role, member.state != PdState::Online));
+        let rebuild = status.rebuild.map(|rebuild| {
+            let progress = if rebuild.total_bytes == 0 {
+                100.0
+            } else {
+                rebuild.position_bytes as f64 * 100.0 / rebuild.total_bytes as f64
+            };
+            let replacing = superblock.members.iter().any(|m| m.replacing);
+            RebuildView {
+                pd: group
+                    .members
+                    .get(rebuild.member)
+                    .copied()
+                    .flatten()
+                    .unwrap_or(u32::MAX),
+                role: rebuild.role as u32,
+                kind: if replacing {
+                    RebuildKind::Copy
+                } else {
+                    RebuildKind::Rebuild
+                },
+                progress_percent: (progress * 10.0).round() / 10.0,
+                rate_percent: u32::from(superblock.rebuild_rate_percent),
+                eta_seconds: None,
+                position_bytes: rebuild.position_bytes,
+                total_bytes: rebuild.total_bytes,
+            }
+        });
+        DgView {
+            id: group.id,
+            name: superblock.name.clone(),
+            uuid: superblock.group_uuid.to_string(),
+            level: raid_level(geometry.level()),
+            layout: geometry.level().layout_name().into(),
+            state: match status.state {
+                GroupState::Starting => DgState::Initializing,
+                GroupState::Optimal => DgState::Optimal,
+                GroupState::Degraded => DgState::Degraded,
+                GroupState::Rebuilding => DgState::Rebuilding,
+                GroupState::Resyncing => DgState::Resyncing,
+                GroupState::Failed => DgState::Failed,
+            },
+            chunk_bytes: geometry.chunk_bytes(),
+            size_bytes: engine.data_bytes(),
+            free_bytes: group.config.free_bytes(engine.data_bytes()),
+            generation: status.generation,
+            members,
+            rebuild,
+            scrub: None,
+            last_scrub: None,
+            journal: JournalView {
+                mode: journal_mode(superblock.journal_mode),
+                placement: JournalPlacement::Members,
+                pd: None,
+            },
+            rebuild_rate_percent: u32::from(superblock.rebuild_rate_percent),
+            scrub_rate_percent: None,
+            bad_ranges: superblock
+                .bad_ranges
+                .iter()
+                .map(|r| BadRange {
+                    offset_bytes: r.offset_bytes,
+                    len_bytes: r.len_bytes,
+                })
+                .collect(),
+            virtual_drives: group
+                .config
+                .virtual_drives
+                .iter()
+                .map(|vd| vd.name.clone())
+                .collect(),
+        }
+    }
+
+    pub fn vd_views(&self) -> Vec<VdView> {
+        self.groups
+            .values()
+            .flat_map(|group| {
+                group
+                    .config
+                    .virtual_drives
+                    .iter()
+                    .map(move |vd| (group, vd))
+            })
+            .map(|(group, vd)| self.vd_view(group, vd))
+            .collect()
+    }
+
+    pub fn vd_view_of(&self, name: &str) -> Option<VdView> {
+        let (group, vd) = self.find_vd(name)?;
+        Some(self.vd_view(group, vd))
+    }
+
+    fn vd_view(&self, group: &Group, vd: &VdRecord) -> VdView {
+        VdView {
+            name: vd.name.clone(),
+            dg: group.id,
+            size_bytes: vd.size_bytes,
+            offset_bytes: vd.offset_bytes,
+            nbd_uri: format!(
+                "nbd+unix:///{}?socket={}",
+                vd.name,
+                self.options.nbd_socket.display()
+            ),
+            connections: self.vd_connections(&vd.name),
+            thin: false,
+            compression: None,
+            stats: None,
+        }
+    }
+
+    pub fn info_view(&self) -> InfoView {
+        let report = self.parity.report();
+        let choices = serde_json::to_value(report).ok();
+        InfoView {
+            version: env!("CARGO_PKG_VERSION").into(),
+            parity_engine: self.options.parity_engine.clone(),
+            parity: parity_selection(choices),
+            parity_engines: vec![ParityEngineView {
+                name: "cpu".into(),
+                kind: "cpu".into(),
+                adapter: None,
+                submit_latency_us: None,
+                calibration: Vec::new(),
+                min_batch_bytes: None,
+            }],
+            io: IoView {
+                driver: self.driver_report.0.clone(),
+                io_uring: self.driver_report.0 == "io_uring",
+                reason: self.driver_report.1.clone(),
+            },
+            nbd_socket: Some(self.options.nbd_socket.display().to_string()),
+            nbd_listen: self.options.nbd_listen.clone(),
+            uptime_seconds: self.started.elapsed().as_secs(),
+        }
+    }
+}
+
+fn guess_kind(path: &str) -> PdKind {
+    if path.starts_with("nbd") {
+        PdKind::Nbd
+    } else if path.starts_with("memory://") {
+        PdKind::Memory
+    } else if path.starts_with("/dev/") {
+        PdKind::Block
+    } else {
+        PdKind::File
+    }
+}
+
+/// The parity selection report in the API's shape, read through its serialized form so the
+/// two crates stay independent.
+fn parity_selection(report: Option<serde_json::Value>) -> ParitySelectionView {
+    let report = report.unwrap_or_default();
+    let source = report
+        .get("source")
+        .map(|s| s.to_string().trim_matches('"').to_string())
+        .unwrap_or_else(|| "benchmark".into());
+    let choices = report
+        .get("choices")
+        .and_then(|c| c.as_array())
+        .map(|choices| {
+            choices
+                .iter()
+                .map(|choice| ParityChoiceView {
+                    operation: choice
+                        .get("operation")
+                        .and_then(|v| v.as_str())
+                        .unwrap_or_default()
+                        .into(),
+                    kernel: choice
+                        .get("kernel")
+                        .and_then(|v| v.as_str())
+                        .unwrap_or_default()
+                        .into(),
+                    streaming_kernel: choice
+                        .get("streaming_kernel")
+                        .and_then(|v| v.as_str())
+                        .unwrap_or_default()
+                        .into(),
+                    speeds: choice
+                        .get("speeds")
+                        .and_then(|s| s.as_array())
+                        .map(|speeds| {
+                            speeds
+                                .iter()
+                                .map(|speed| KernelSpeedView {
+                                    kernel: speed
+                                        .get("kernel")
+                                        .and_then(|v| v.as_str())
+                                        .unwrap_or_default()
+                                        .into(),
+                                    gbps: speed
+                                        .get("gbps")
+                                        .and_then(|v| v.as_f64())
+                                        .unwrap_or_default(),
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ParitySelectionView { source, choices }
+}
