@@ -193,8 +193,12 @@ impl Engine {
         }
         let key = self.new_request(id, None, None, true, fua);
         for region in whole {
+            // A region dropped now, or unwritten already (perhaps by a trim not yet on the
+            // members): either way FUA must make its unwritten bit durable.
             if droppable(self, region) {
                 self.regions.drop_region(region);
+                self.requests.get_mut(key).expect("request").fua_bitmap = true;
+            } else if self.regions.is_unwritten(region) {
                 self.requests.get_mut(key).expect("request").fua_bitmap = true;
             }
         }

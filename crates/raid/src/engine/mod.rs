@@ -41,7 +41,7 @@ pub(crate) type OpId = Key;
 const ZERO_BUFFER_BYTES: usize = 1 << 20;
 /// Host requests may use at most this share of the buffer arena, so stripe operations always
 /// find scratch space and make progress.
-const HOST_POOL_SHARE_PERCENT: usize = 75;
+const HOST_POOL_SHARE_PERCENT: usize = 50;
 
 /// Why a member command was issued, so its completion reaches the right place.
 #[derive(Clone, Copy, Debug)]

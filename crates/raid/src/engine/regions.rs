@@ -234,6 +234,18 @@ impl Regions {
         self.clear_queue.first().map(|(at, _)| *at)
     }
 
+    /// Whether the members (and any block write in flight) say the region is unwritten.
+    fn durably_unwritten(&self, region: u64) -> bool {
+        let in_flight_agrees = match &self.blocks[bitmap::block_of(region) as usize].writing {
+            None => true,
+            Some(write) => {
+                let at = (region % REGIONS_PER_BLOCK) as usize;
+                write.written.get(at / 8).is_none_or(|byte| byte & (1 << (at % 8)) == 0)
+            }
+        };
+        !self.durable_written.get(region) && in_flight_agrees
+    }
+
     /// Whether the region is written and dirty in memory, on the members, and in any block
     /// write in flight (which would otherwise land later and undo what the members say).
     fn bits_durable(&self, region: u64) -> bool {
@@ -446,10 +458,19 @@ impl Engine {
             })
             .map(|(&region, _)| region)
             .collect();
-        for &region in &waiting {
+        let mut started = false;
+        for region in waiting {
+            // Zeroes may only land on a region the members already know as unwritten (a trim
+            // that dropped it is made durable first): a crash in the middle then leaves a
+            // region that reads as zeroes, never a half-zeroed region trusted as written.
+            if !self.regions.durably_unwritten(region) {
+                self.regions.needs_write.insert(bitmap::block_of(region));
+                continue;
+            }
             self.start_zero_fill(region);
+            started = true;
         }
-        !waiting.is_empty()
+        started
     }
 
     /// Every (member, device offset, length) holding the region's chunks, merged per member.

@@ -415,6 +415,12 @@ impl Engine {
     }
 
     fn scratch(&mut self, op: &mut StripeOp, len_bytes: u64) -> Option<BufferSlice> {
+        // An eighth of the arena stays free for metadata (superblock and bitmap writes), which
+        // must never wait for data I/O to free space.
+        let limit = self.pool.capacity_bytes() - self.pool.capacity_bytes() / 8;
+        if self.pool.used_bytes() + len_bytes as usize > limit {
+            return None;
+        }
         let buffer = self.pool.alloc(len_bytes as usize)?;
         op.scratch.push(buffer);
         Some(self.pool.full(buffer))
