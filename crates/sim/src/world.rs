@@ -415,8 +415,13 @@ impl World {
         let next = [next_io, deadline, repair_at].into_iter().flatten().min();
         let Some(next) = next else {
             if !self.in_flight.is_empty() {
+                let engine = self
+                    .engine
+                    .as_ref()
+                    .map(Engine::debug_summary)
+                    .unwrap_or_default();
                 return Err(format!(
-                    "liveness: {} host requests stuck with no I/O in flight",
+                    "liveness: {} host requests stuck with no I/O in flight ({engine})",
                     self.in_flight.len()
                 ));
             }

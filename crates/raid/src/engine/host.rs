@@ -44,12 +44,12 @@ impl Engine {
                     self.reject(request, HostError::OutOfRange);
                     return true;
                 }
-                let limit = self.pool.capacity_bytes() / 100 * super::HOST_POOL_SHARE_PERCENT;
-                let buffer = if self.pool.used_bytes() + len_bytes as usize <= limit {
-                    self.pool.alloc(len_bytes as usize)
-                } else {
-                    None
-                };
+                let buffer =
+                    if self.pool.used_bytes() + len_bytes as usize <= self.host_pool_limit() {
+                        self.pool.alloc(len_bytes as usize)
+                    } else {
+                        None
+                    };
                 let Some(buffer) = buffer else {
                     self.deferred.push_front(request);
                     return false;

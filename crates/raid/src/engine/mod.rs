@@ -250,11 +250,16 @@ impl Engine {
     /// A buffer for a host write payload, or `None` while host requests already hold their
     /// share of the arena (the caller stops reading requests until replies free space).
     pub fn alloc_host_buffer(&mut self, len_bytes: usize) -> Option<BufferId> {
-        let limit = self.pool.capacity_bytes() / 100 * HOST_POOL_SHARE_PERCENT;
-        if self.pool.used_bytes() + len_bytes > limit {
+        if self.pool.used_bytes() + len_bytes > self.host_pool_limit() {
             return None;
         }
         self.pool.alloc(len_bytes)
+    }
+
+    /// Arena bytes host buffers may hold: a share of what the zero buffer leaves.
+    fn host_pool_limit(&self) -> usize {
+        ZERO_BUFFER_BYTES
+            + (self.pool.capacity_bytes() - ZERO_BUFFER_BYTES) / 100 * HOST_POOL_SHARE_PERCENT
     }
 
     /// The next command to carry out, if any.
@@ -280,6 +285,34 @@ impl Engine {
     /// Whether background work (rebuild, resync, region clean-up) is still pending.
     pub fn has_background_work(&self) -> bool {
         self.background.is_active() || self.regions.has_pending_cleanup()
+    }
+
+    /// A one-line description of what the engine is holding, for liveness reports.
+    pub fn debug_summary(&self) -> String {
+        let stages: Vec<String> = self
+            .ops
+            .keys()
+            .into_iter()
+            .filter_map(|key| {
+                self.ops
+                    .get(key)
+                    .map(|op| format!("{}:{:?}", op.stripe, op.stage))
+            })
+            .collect();
+        format!(
+            "in flight {}, requests {}, deferred {}, ops {} {:?}, waiting for memory {}, flushes {}, parked {}, pool used {}/{} bytes, phase {:?}",
+            self.in_flight.len(),
+            self.requests.len(),
+            self.deferred.len(),
+            self.ops.len(),
+            stages,
+            self.waiting_for_memory.len(),
+            self.flushes.len(),
+            self.parked.len(),
+            self.pool.used_bytes(),
+            self.pool.capacity_bytes(),
+            self.phase
+        )
     }
 
     /// Group data bytes per bitmap region.
@@ -480,8 +513,14 @@ impl Engine {
     /// Brings a failed member back to be rebuilt in its role (after an administrative fail, or a
     /// device that returned): it is trusted nowhere until the rebuild passes over it.
     pub fn readmit_member(&mut self, member: usize) -> Result<(), AdminError> {
-        let entry = self.members.list.get(member).ok_or(AdminError::NoSuchMember(member))?;
-        let Some(role) = entry.role else { return Err(AdminError::NoSuchMember(member)) };
+        let entry = self
+            .members
+            .list
+            .get(member)
+            .ok_or(AdminError::NoSuchMember(member))?;
+        let Some(role) = entry.role else {
+            return Err(AdminError::NoSuchMember(member));
+        };
         if !entry.is_failed() {
             return Err(AdminError::NotFailed(member));
         }
@@ -609,17 +648,34 @@ impl Engine {
         }
     }
 
+    /// Admits waiting requests in order. A read waiting for buffer space does not hold back
+    /// the requests behind it (they need no new space, and writes may be what frees it); it
+    /// keeps its place among the other reads.
     fn admit_deferred(&mut self) -> bool {
-        let mut progressed = false;
-        while self.phase != Phase::Starting {
-            let Some(request) = self.deferred.pop_front() else {
-                break;
-            };
-            if !self.admit(request) {
-                break;
-            }
-            progressed = true;
+        if self.phase == Phase::Starting || self.deferred.is_empty() {
+            return false;
         }
+        let mut progressed = false;
+        let mut still_waiting = VecDeque::new();
+        while let Some(request) = self.deferred.pop_front() {
+            let is_read = matches!(request.op, HostOp::Read { .. });
+            if is_read
+                && still_waiting
+                    .iter()
+                    .any(|r: &HostRequest| matches!(r.op, HostOp::Read { .. }))
+            {
+                still_waiting.push_back(request);
+                continue;
+            }
+            if self.admit(request) {
+                progressed = true;
+            } else {
+                // `admit` put it back at the front; move it to the waiting list.
+                let request = self.deferred.pop_front().expect("put back by admit");
+                still_waiting.push_back(request);
+            }
+        }
+        self.deferred = still_waiting;
         progressed
     }
 
@@ -704,7 +760,10 @@ impl Engine {
             return;
         }
         let mut entry = self.requests.remove(request).expect("request in flight");
-        if entry.read_buffer.is_some() && entry.error.is_none() && self.overlaps_bad(entry.read_range.0, entry.read_range.1) {
+        if entry.read_buffer.is_some()
+            && entry.error.is_none()
+            && self.overlaps_bad(entry.read_range.0, entry.read_range.1)
+        {
             entry.error = Some(HostError::Io);
         }
         if let Some(buffer) = entry.write_buffer {

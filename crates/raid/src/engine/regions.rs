@@ -240,7 +240,10 @@ impl Regions {
             None => true,
             Some(write) => {
                 let at = (region % REGIONS_PER_BLOCK) as usize;
-                write.written.get(at / 8).is_none_or(|byte| byte & (1 << (at % 8)) == 0)
+                write
+                    .written
+                    .get(at / 8)
+                    .is_none_or(|byte| byte & (1 << (at % 8)) == 0)
             }
         };
         !self.durable_written.get(region) && in_flight_agrees
