@@ -186,7 +186,7 @@ pub enum DgCommand {
     },
     /// Change a drive group's settings.
     #[command(group(ArgGroup::new("setting").required(true).multiple(true)
-        .args(["rebuild_rate", "scrub_rate", "journal"])))]
+        .args(["rebuild_rate", "scrub_rate", "journal", "rebuild_latency_target"])))]
     Set {
         /// The group's id or name.
         #[arg(value_name = "DG", value_parser = values::dg_ref)]
@@ -197,6 +197,10 @@ pub enum DgCommand {
         /// Share of member bandwidth for scrubs, 1 to 100 (percent).
         #[arg(long, value_name = "N", value_parser = values::rate)]
         scrub_rate: Option<u32>,
+        /// Adapt the rebuild rate so host requests take this long on average (microseconds;
+        /// 0 returns to the fixed rate).
+        #[arg(long, value_name = "US")]
+        rebuild_latency_target: Option<u32>,
         /// Journal mode: always_on, degrade_only or always_off.
         #[arg(long, value_name = "MODE", value_parser = values::journal_mode)]
         journal: Option<JournalMode>,

@@ -10,7 +10,8 @@ fn nbdinfo_shows_the_export_and_its_block_sizes() {
     }
     let daemon = Daemon::start();
     let uri = daemon.group_with_vd("5", 3, 64 << 20, "info", 32 << 20);
-    let info: serde_json::Value = serde_json::from_str(&sh("nbdinfo", &["--json", &uri])).expect("nbdinfo JSON");
+    let info: serde_json::Value =
+        serde_json::from_str(&sh("nbdinfo", &["--json", &uri])).expect("nbdinfo JSON");
     let export = &info["exports"][0];
     assert_eq!(export["export-name"], "info");
     assert_eq!(export["export-size"], 32 << 20);
@@ -19,7 +20,14 @@ fn nbdinfo_shows_the_export_and_its_block_sizes() {
     assert_eq!(export["block_size_maximum"], 32 << 20);
     assert_eq!(export["can_flush"], true);
     assert_eq!(export["can_multi_conn"], true);
-    let list = sh("nbdinfo", &["--list", "--json", &format!("nbd+unix:///?socket={}", daemon.nbd_socket().display())]);
+    let list = sh(
+        "nbdinfo",
+        &[
+            "--list",
+            "--json",
+            &format!("nbd+unix:///?socket={}", daemon.nbd_socket().display()),
+        ],
+    );
     assert!(list.contains("\"info\""), "export listed: {list}");
 }
 
@@ -43,14 +51,23 @@ fn qemu_img_convert_and_compare_and_nbdcopy_round_trip() {
     data[8 << 20..12 << 20].fill(0);
     std::fs::write(&source, &data).unwrap();
     let source = source.display().to_string();
-    sh("qemu-img", &["convert", "-n", "-f", "raw", "-O", "raw", &source, &uri]);
-    let compare = sh("qemu-img", &["compare", "-f", "raw", "-F", "raw", &source, &uri]);
+    sh(
+        "qemu-img",
+        &["convert", "-n", "-f", "raw", "-O", "raw", &source, &uri],
+    );
+    let compare = sh(
+        "qemu-img",
+        &["compare", "-f", "raw", "-F", "raw", &source, &uri],
+    );
     assert!(compare.contains("identical"), "{compare}");
     let copy = daemon.path("copy.img").display().to_string();
     sh("nbdcopy", &[&uri, &copy]);
     let copied = std::fs::read(&copy).unwrap();
     assert_eq!(&copied[..data.len()], &data[..]);
-    assert!(copied[data.len()..].iter().all(|&b| b == 0), "the tail beyond the image reads as zeroes");
+    assert!(
+        copied[data.len()..].iter().all(|&b| b == 0),
+        "the tail beyond the image reads as zeroes"
+    );
     // And back the other way through nbdcopy, shifted by a byte pattern.
     let changed: Vec<u8> = copied.iter().map(|b| b.wrapping_add(1)).collect();
     std::fs::write(&copy, &changed).unwrap();

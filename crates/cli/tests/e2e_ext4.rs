@@ -35,7 +35,15 @@ fn ext4_on_a_virtual_drive_survives_a_member_failure() {
         eprintln!("SKIPPED: mounting needs root");
         return;
     }
-    for tool in ["nbdfuse", "losetup", "mkfs.ext4", "fsck.ext4", "mount", "umount", "fusermount3"] {
+    for tool in [
+        "nbdfuse",
+        "losetup",
+        "mkfs.ext4",
+        "fsck.ext4",
+        "mount",
+        "umount",
+        "fusermount3",
+    ] {
         if !have(tool) {
             return;
         }
@@ -50,18 +58,41 @@ fn ext4_on_a_virtual_drive_survives_a_member_failure() {
     let mount_dir = daemon.path("mnt");
     std::fs::create_dir_all(&fuse_dir).unwrap();
     std::fs::create_dir_all(&mount_dir).unwrap();
-    let mut cleanup = Cleanup { steps: Vec::new(), fuse: None };
-    let fuse = Command::new("nbdfuse").arg(&fuse_dir).arg(&uri).spawn().expect("nbdfuse");
+    let mut cleanup = Cleanup {
+        steps: Vec::new(),
+        fuse: None,
+    };
+    let fuse = Command::new("nbdfuse")
+        .arg(&fuse_dir)
+        .arg(&uri)
+        .spawn()
+        .expect("nbdfuse");
     cleanup.fuse = Some(fuse);
-    cleanup.steps.push(vec!["fusermount3".into(), "-u".into(), fuse_dir.display().to_string()]);
+    cleanup.steps.push(vec![
+        "fusermount3".into(),
+        "-u".into(),
+        fuse_dir.display().to_string(),
+    ]);
     let image = fuse_dir.join("nbd");
     let deadline = Instant::now() + Duration::from_secs(20);
     while !image.exists() {
         assert!(Instant::now() < deadline, "nbdfuse did not come up");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let loop_device = sh("losetup", &["--find", "--show", "--direct-io=off", &image.display().to_string()]).trim().to_string();
-    cleanup.steps.push(vec!["losetup".into(), "-d".into(), loop_device.clone()]);
+    let loop_device = sh(
+        "losetup",
+        &[
+            "--find",
+            "--show",
+            "--direct-io=off",
+            &image.display().to_string(),
+        ],
+    )
+    .trim()
+    .to_string();
+    cleanup
+        .steps
+        .push(vec!["losetup".into(), "-d".into(), loop_device.clone()]);
     sh("mkfs.ext4", &["-q", "-F", &loop_device]);
     let mount = mount_dir.display().to_string();
     sh("mount", &[&loop_device, &mount]);
@@ -82,22 +113,48 @@ fn ext4_on_a_virtual_drive_survives_a_member_failure() {
             std::fs::write(path.join(format!("f{file}")), data).unwrap();
         }
     }
-    sh("cp", &["-a", &source.display().to_string(), &format!("{mount}/tree")]);
+    sh(
+        "cp",
+        &[
+            "-a",
+            &source.display().to_string(),
+            &format!("{mount}/tree"),
+        ],
+    );
     sh("sync", &[]);
 
     let group = daemon.json(&["vd", "describe", "fs"])["dg"].to_string();
     let member = daemon.group_members(&group)[1]["pd"].to_string();
     daemon.ok(&["pd", "fail", &member]);
-    assert_eq!(daemon.json(&["dg", "describe", &group])["state"], "degraded");
+    assert_eq!(
+        daemon.json(&["dg", "describe", &group])["state"],
+        "degraded"
+    );
 
     sh("umount", &[&mount]);
     cleanup.steps.pop();
-    let fsck = Command::new("fsck.ext4").args(["-n", "-f", &loop_device]).output().unwrap();
-    assert!(fsck.status.success(), "fsck found problems:\n{}", String::from_utf8_lossy(&fsck.stdout));
+    let fsck = Command::new("fsck.ext4")
+        .args(["-n", "-f", &loop_device])
+        .output()
+        .unwrap();
+    assert!(
+        fsck.status.success(),
+        "fsck found problems:\n{}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
     sh("mount", &[&loop_device, &mount]);
     cleanup.steps.push(vec!["umount".into(), mount.clone()]);
-    sh("diff", &["-r", &source.display().to_string(), &format!("{mount}/tree")]);
-    let files = sh("find", &[&format!("{mount}/tree"), "-type", "f"]).lines().count();
+    sh(
+        "diff",
+        &[
+            "-r",
+            &source.display().to_string(),
+            &format!("{mount}/tree"),
+        ],
+    );
+    let files = sh("find", &[&format!("{mount}/tree"), "-type", "f"])
+        .lines()
+        .count();
     assert_eq!(files, 8 * 24, "every file is on the filesystem");
     eprintln!("ext4 on {loop_device}: {files} files verified after a member failure and fsck");
 }

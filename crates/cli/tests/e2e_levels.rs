@@ -17,7 +17,10 @@ fn level_round(daemon: &Daemon, level: &str, members: usize, failures: usize) {
         let pd = member["pd"].to_string();
         daemon.ok(&["pd", "fail", &pd]);
     }
-    let state = daemon.json(&["dg", "describe", &dg])["state"].as_str().unwrap().to_string();
+    let state = daemon.json(&["dg", "describe", &dg])["state"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let expected = if failures == 0 { "optimal" } else { "degraded" };
     assert_eq!(state, expected, "raid{level} after {failures} failures");
     fio_verify(&uri, "48M", &["--randseed=11", "--verify_only"], scratch);

@@ -43,18 +43,30 @@ fn send(stream: &mut UnixStream, request: Request, payload: &[u8]) {
 fn simple_reply(stream: &mut UnixStream) -> (u64, u32) {
     let mut header = [0u8; 16];
     stream.read_exact(&mut header).unwrap();
-    assert_eq!(&header[..4], &0x6744_6698u32.to_be_bytes(), "simple reply magic");
+    assert_eq!(
+        &header[..4],
+        &0x6744_6698u32.to_be_bytes(),
+        "simple reply magic"
+    );
     let error = u32::from_be_bytes(header[4..8].try_into().unwrap());
     let cookie = u64::from_be_bytes(header[8..16].try_into().unwrap());
     (cookie, error)
 }
 
 fn request(command: Command, cookie: u64, offset_bytes: u64, length_bytes: u32) -> Request {
-    Request { flags: CommandFlags::NONE, command, cookie, offset_bytes, length_bytes }
+    Request {
+        flags: CommandFlags::NONE,
+        command,
+        cookie,
+        offset_bytes,
+        length_bytes,
+    }
 }
 
 fn closed(stream: &mut UnixStream) -> bool {
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
     let mut byte = [0u8; 1];
     matches!(stream.read(&mut byte), Ok(0) | Err(_))
 }
@@ -71,13 +83,33 @@ fn bad_requests_get_protocol_answers_and_disturb_nothing() {
 
     let mut stream = raw_connection(&daemon, "target");
     send(&mut stream, request(Command::Read, 1, 16 * MIB, 4096), &[]);
-    assert_eq!(simple_reply(&mut stream), (1, Errno::Inval.to_u32()), "read past the end");
-    send(&mut stream, request(Command::Write, 2, 16 * MIB - 512, 1024), &[0u8; 1024]);
-    assert_eq!(simple_reply(&mut stream), (2, Errno::NoSpc.to_u32()), "write past the end");
+    assert_eq!(
+        simple_reply(&mut stream),
+        (1, Errno::Inval.to_u32()),
+        "read past the end"
+    );
+    send(
+        &mut stream,
+        request(Command::Write, 2, 16 * MIB - 512, 1024),
+        &[0u8; 1024],
+    );
+    assert_eq!(
+        simple_reply(&mut stream),
+        (2, Errno::NoSpc.to_u32()),
+        "write past the end"
+    );
     send(&mut stream, request(Command::Unknown(77), 3, 0, 0), &[]);
-    assert_eq!(simple_reply(&mut stream), (3, Errno::Inval.to_u32()), "unknown command");
+    assert_eq!(
+        simple_reply(&mut stream),
+        (3, Errno::Inval.to_u32()),
+        "unknown command"
+    );
     send(&mut stream, request(Command::Read, 4, 100, 512), &[]);
-    assert_eq!(simple_reply(&mut stream), (4, Errno::Inval.to_u32()), "misaligned read");
+    assert_eq!(
+        simple_reply(&mut stream),
+        (4, Errno::Inval.to_u32()),
+        "misaligned read"
+    );
     // The connection still works after the errors.
     send(&mut stream, request(Command::Flush, 5, 0, 0), &[]);
     assert_eq!(simple_reply(&mut stream), (5, 0));
@@ -90,11 +122,18 @@ fn bad_requests_get_protocol_answers_and_disturb_nothing() {
     // An absurd payload length: closed, without reading gigabytes.
     let mut oversize = raw_connection(&daemon, "target");
     send(&mut oversize, request(Command::Write, 6, 0, u32::MAX), &[]);
-    assert!(closed(&mut oversize), "an absurd payload closes the connection");
+    assert!(
+        closed(&mut oversize),
+        "an absurd payload closes the connection"
+    );
 
     // An abrupt disconnect in the middle of a write payload.
     let mut abrupt = raw_connection(&daemon, "target");
-    send(&mut abrupt, request(Command::Write, 7, 0, 65536), &[0xee; 1000]);
+    send(
+        &mut abrupt,
+        request(Command::Write, 7, 0, 65536),
+        &[0xee; 1000],
+    );
     drop(abrupt);
 
     // Nothing else was disturbed: the data and other connections are intact.

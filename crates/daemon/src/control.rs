@@ -188,19 +188,38 @@ impl Controller for Control {
     }
 
     fn update_dg(&self, dg: &DgRef, body: UpdateDg) -> Result<DgView, ApiError> {
-        if body.rebuild_rate_percent.is_some()
-            || body.scrub_rate_percent.is_some()
-            || body.journal.is_some()
-        {
+        if body.journal.is_some() {
             return Err(ApiError::invalid_argument(
-                "changing rebuild rate, scrub rate or journal mode is not supported yet",
+                "changing the journal mode is not supported yet",
             ));
         }
-        self.get_dg(dg)
+        let reference = dg.clone();
+        let (id, generation) = self
+            .call(move |plane| {
+                let id = plane.find_group(&reference)?;
+                let generation = plane.update_group(
+                    id,
+                    body.rebuild_rate_percent,
+                    body.scrub_rate_percent,
+                    body.rebuild_latency_target_us,
+                )?;
+                Ok((id, generation))
+            })?
+            .map_err(api_error)?;
+        self.wait_until("recording the settings", move |plane| {
+            plane.generation_durable(id, generation)
+        })?;
+        self.get_dg(&DgRef::Id(id))
     }
 
-    fn scrub_dg(&self, _dg: &DgRef, _body: ScrubDg) -> Result<DgView, ApiError> {
-        Err(ApiError::invalid_argument("scrub is not supported yet"))
+    fn scrub_dg(&self, dg: &DgRef, body: ScrubDg) -> Result<DgView, ApiError> {
+        let reference = dg.clone();
+        self.call(move |plane| {
+            let id = plane.find_group(&reference)?;
+            plane.scrub_group(id, body.repair)?;
+            Ok(plane.dg_view_of(id).expect("found"))
+        })?
+        .map_err(api_error)
     }
 
     fn list_vds(&self) -> Result<Vec<VdView>, ApiError> {

@@ -6,6 +6,8 @@
 //! chunk rewritten. Parity bytes are not counted. `ratio` is `gbps / isal_gbps`.
 
 mod arena;
+#[cfg(feature = "gpu")]
+mod gpu;
 mod measure;
 mod table;
 mod workload;
@@ -15,6 +17,8 @@ use std::time::Duration;
 use serde::Serialize;
 use tessera_parity::{Kernel, Parity, SelectionConfig, SelectionReport, kernel_by_name};
 
+#[cfg(feature = "gpu")]
+pub use gpu::gpu_rows;
 pub use table::format_table;
 pub use workload::Op;
 
@@ -24,7 +28,8 @@ use workload::{buffers_per_set, isal_tables, prepare};
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
-    /// Kernel names to measure; empty means every kernel this CPU supports.
+    /// Kernel names to measure; empty means every kernel this CPU supports (and, with the `gpu`
+    /// feature, the engine rows). `gpu` asks for the engine rows alone.
     pub kernels: Vec<String>,
     /// Time spent measuring each implementation on each row.
     pub measure_time: Duration,
@@ -46,7 +51,7 @@ impl Default for BenchOptions {
 }
 
 /// One line of the report.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct BenchRow {
     /// Tessera kernel name.
     pub kernel: String,
@@ -80,6 +85,32 @@ pub struct BenchRow {
     /// Whether `Parity`'s start-up selection picks this kernel for this operation and working set
     /// (`Parity::kernel` for `cache`, `Parity::streaming` for `dram`).
     pub selected: bool,
+    /// Engine rows only (`working_set` = `batch`, feature `gpu`): `cpu` or `gpu`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<&'static str>,
+    /// Engine rows: bytes of data chunks per batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_bytes: Option<u64>,
+    /// Engine rows: GB/s with the next batch submitted before waiting for the previous one
+    /// (`gbps` is one batch at a time, submit to completion).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipelined_gbps: Option<f64>,
+    /// GPU rows: round trip of an empty submission, microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub submit_latency_us: Option<f64>,
+    /// Engine rows: CPU seconds (user + system, whole process) per 10^9 bytes of data chunks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds_per_gb: Option<f64>,
+    /// Engine rows: CPU seconds of the submitting thread alone per 10^9 bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller_cpu_seconds_per_gb: Option<f64>,
+    /// GPU rows: how the shader multiplies by constants (`shift` or `table`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mul_strategy: Option<&'static str>,
+    /// GPU rows: the smallest batch at which this GPU finishes sooner than the CPU engine
+    /// (`null`: never, in 1 KiB .. 1 GiB).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crossover_batch_bytes: Option<Option<u64>>,
 }
 
 /// The stripe shapes measured: (op, data chunks, chunk bytes).
@@ -136,6 +167,8 @@ pub fn run_with_selection(options: &BenchOptions) -> (SelectionReport, Vec<Bench
         options
             .kernels
             .iter()
+            // `gpu` / `gpu:<adapter>` ask for the engine rows of the `gpu` feature.
+            .filter(|name| !name.starts_with("gpu"))
             .map(|name| kernel_by_name(name).unwrap_or_else(|error| panic!("{error}")))
             .collect()
     };
@@ -194,10 +227,13 @@ pub fn run_with_selection(options: &BenchOptions) -> (SelectionReport, Vec<Bench
                     dram_read_gbps: is_dram.then_some(dram_read / 1e9),
                     of_dram_read: is_dram.then_some(rates.ours / dram_read),
                     selected: chosen(&selection, op, is_dram) == kernel.name(),
+                    ..BenchRow::default()
                 });
             }
         }
     }
+    #[cfg(feature = "gpu")]
+    report.extend(gpu_rows(options));
     (selection.report().clone(), report)
 }
 

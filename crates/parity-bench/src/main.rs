@@ -2,6 +2,7 @@
 //! `--json`, one JSON array of rows.
 //!
 //! Options: `--json`, `--kernel NAME` (repeatable; default every kernel this CPU runs),
+//! `--kernel gpu` for the CPU/GPU engine rows alone (feature `gpu`, on by default),
 //! `--op NAME` (repeatable: xor, pq, pq_update, recover_1, recover_data_p, recover_data_q,
 //! recover_2data; default all), `--measure-ms N` (per implementation per row, default 40), `--dram-mib N` (default 256).
 
@@ -47,7 +48,11 @@ fn main() -> ExitCode {
             _ => return usage(),
         }
     }
-    for name in &options.kernels {
+    for name in options
+        .kernels
+        .iter()
+        .filter(|name| !name.starts_with("gpu"))
+    {
         if let Err(error) = tessera_parity::kernel_by_name(name) {
             eprintln!("parity-bench: {error}");
             return ExitCode::FAILURE;

@@ -28,7 +28,7 @@ pub fn format_table(rows: &[BenchRow]) -> String {
         "\n{:<8} {:<15} {:>6} {:>6} {:<5} {:>8} {:>8} {:>6} {:>6}  isal call",
         "kernel", "op", "layout", "chunk", "set", "GB/s", "ISA-L", "ratio", "%read"
     );
-    for row in rows {
+    for row in rows.iter().filter(|row| row.batch_bytes.is_none()) {
         let layout = format!("{}+{}", row.data_chunks, row.parity_chunks);
         let chunk = format!("{}K", row.chunk_bytes >> 10);
         let _ = writeln!(
@@ -46,5 +46,7 @@ pub fn format_table(rows: &[BenchRow]) -> String {
             row.isal_call.unwrap_or("-"),
         );
     }
+    #[cfg(feature = "gpu")]
+    out.push_str(&crate::gpu::format_gpu_table(rows));
     out
 }

@@ -196,6 +196,11 @@ pub struct Superblock {
     pub clean: bool,
     /// Rebuild rate in percent of member bandwidth (1..=100).
     pub rebuild_rate_percent: u8,
+    /// Scrub rate in percent of member bandwidth (1..=100; 0 in images written before this
+    /// field existed, read as the default).
+    pub scrub_rate_percent: u8,
+    /// When set, the rebuild rate adapts so host request latency stays near this target.
+    pub rebuild_latency_target_us: u32,
     pub name: String,
     pub members: Vec<MemberRecord>,
     pub bad_ranges: Vec<BadRange>,
@@ -366,6 +371,11 @@ impl Superblock {
         if !(1..=100).contains(&rebuild_rate_percent) {
             return Err(SuperblockError::Invalid("rebuild_rate_percent"));
         }
+        let scrub_rate_percent = r.u8(134);
+        if scrub_rate_percent > 100 {
+            return Err(SuperblockError::Invalid("scrub_rate_percent"));
+        }
+        let rebuild_latency_target_us = r.u32(136);
         let record_count = usize::from(r.u8(131));
         if record_count > MAX_MEMBER_RECORDS {
             return Err(SuperblockError::Invalid("member_records"));
@@ -441,6 +451,8 @@ impl Superblock {
             journal_mode,
             clean,
             rebuild_rate_percent,
+            scrub_rate_percent,
+            rebuild_latency_target_us,
             name,
             members,
             bad_ranges,
@@ -616,6 +628,8 @@ mod tests {
             journal_mode: JournalMode::AlwaysOff,
             clean: false,
             rebuild_rate_percent: 30,
+            scrub_rate_percent: 30,
+            rebuild_latency_target_us: 0,
             name: "dg".into(),
             members: (1..=3)
                 .map(|n| MemberRecord {

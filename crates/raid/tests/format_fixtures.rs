@@ -42,6 +42,9 @@ fn v1_superblock() -> Superblock {
         journal_mode: JournalMode::DegradeOnly,
         clean: true,
         rebuild_rate_percent: 30,
+        // Fields added after version 1's first images: zero there, which reads as defaults.
+        scrub_rate_percent: 0,
+        rebuild_latency_target_us: 0,
         name: "fixture-dg".into(),
         members: vec![
             member(1, Some(0), MemberRecordState::Active, 0),

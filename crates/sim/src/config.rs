@@ -39,6 +39,11 @@ pub struct Config {
     pub bit_flip_rate: u64,
     pub admin_fail_rate: u64,
     pub restart_rate: u64,
+    /// Per-million chance per host op of starting a scrub (check or repair).
+    pub scrub_rate: u64,
+    /// Rebuild rate percent (pacing against host I/O) and a latency target (0: none).
+    pub rebuild_rate_percent: u8,
+    pub rebuild_latency_target_us: u32,
     /// Long-tail member latency (per million commands).
     pub slow_command_rate: u64,
 }
@@ -91,6 +96,9 @@ impl Config {
             admin_fail_rate: rate(&mut rng, 1_500),
             restart_rate: rate(&mut rng, 2_000),
             slow_command_rate: rng.below(20_000),
+            scrub_rate: rng.below(3_000),
+            rebuild_rate_percent: *rng.pick(&[100u8, 30, 5]),
+            rebuild_latency_target_us: *rng.pick(&[0u32, 0, 500]),
         }
     }
 }

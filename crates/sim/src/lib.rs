@@ -5,6 +5,7 @@
 //! replays exactly.
 
 pub mod config;
+pub mod harness;
 pub mod member;
 pub mod model;
 pub mod pattern;

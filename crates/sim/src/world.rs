@@ -89,6 +89,8 @@ pub struct World {
     faults_enabled: bool,
     /// An orderly stop is under way (repairs wait for the fresh assembly).
     restarting: bool,
+    /// A scrub found something that cannot happen within tolerance.
+    scrub_failure: Option<String>,
     pub stats: Stats,
     trace: Vec<String>,
 }
@@ -128,6 +130,7 @@ impl World {
             repair_at: None,
             faults_enabled: true,
             restarting: false,
+            scrub_failure: None,
             stats: Stats::default(),
             trace: Vec::new(),
         }
@@ -171,6 +174,7 @@ impl World {
         self.quiesce()?;
         self.verify_all()?;
         self.check_redundancy()?;
+        self.final_scrub()?;
         self.stats.sim_time_us = self.now_us;
         Ok(())
     }
@@ -190,7 +194,7 @@ impl World {
             region_bytes: Some(self.config.region_bytes),
             journal_bytes: Some(256 << 10),
             journal_mode: JournalMode::AlwaysOff,
-            rebuild_rate_percent: 30,
+            rebuild_rate_percent: self.config.rebuild_rate_percent,
             config: Vec::new(),
         };
         let engine = Engine::create(spec, self.engine_config(), self.parity.clone())
@@ -445,6 +449,9 @@ impl World {
     }
 
     fn drain(&mut self) -> Result<(), String> {
+        if let Some(failure) = self.scrub_failure.take() {
+            return Err(failure);
+        }
         while let Some(command) = self.engine.as_mut().and_then(Engine::poll) {
             match command {
                 Command::Member(command) => self.schedule(command),
@@ -545,6 +552,14 @@ impl World {
         match event {
             GroupEvent::MemberFailed { .. } if self.repair_at.is_none() => {
                 self.repair_at = Some(self.now_us + self.rng.between(100, 5_000));
+            }
+            GroupEvent::ScrubFinished(result) => {
+                // Within tolerance, nothing can have gone out of sync except what a crash left
+                // for resync, which a repairing scrub may fix first.
+                if self.config.mode == FaultMode::MustSurvive && result.stats.unrecoverable > 0 {
+                    self.scrub_failure =
+                        Some(format!("scrub found unrecoverable stripes: {result:?}"));
+                }
             }
             GroupEvent::RebuildFinished { .. } => {
                 self.stats.rebuilds += 1;
@@ -729,6 +744,13 @@ impl World {
         if self.rng.chance(config.restart_rate) {
             return self.clean_restart();
         }
+        if self.rng.chance(config.scrub_rate) {
+            let repair = self.rng.chance(500_000);
+            let engine = self.engine.as_mut().expect("engine");
+            if engine.start_scrub(repair).is_ok() {
+                self.note(format!("scrub started (repair {repair})"));
+            }
+        }
         if self.rng.chance(config.member_loss_rate)
             && self.fault_allowed(1)
             && let Some(device) = self.pick_online_device()
@@ -801,6 +823,37 @@ impl World {
                     "bit flip on device {device} superblock copy {copy}"
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// A scrub of the quiet, optimal group must find every stripe consistent.
+    fn final_scrub(&mut self) -> Result<(), String> {
+        let engine = self.engine.as_mut().expect("engine");
+        if engine.state() != GroupState::Optimal || self.config.mode != FaultMode::MustSurvive {
+            return Ok(());
+        }
+        engine
+            .start_scrub(false)
+            .map_err(|e| format!("final scrub: {e}"))?;
+        let deadline = self.now_us + 600_000_000;
+        while self.engine.as_ref().expect("engine").has_background_work() {
+            self.step()?;
+            if self.now_us > deadline {
+                return Err("liveness: the final scrub did not finish".into());
+            }
+        }
+        let result = self
+            .engine
+            .as_ref()
+            .expect("engine")
+            .last_scrub()
+            .ok_or("final scrub left no result")?;
+        if !result.completed || result.stats.mismatches != 0 || result.stats.unrecoverable != 0 {
+            return Err(format!(
+                "final scrub of a quiet optimal group found {:?}",
+                result
+            ));
         }
         Ok(())
     }

@@ -290,6 +290,9 @@ pub struct UpdateDg {
     /// Journal mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub journal: Option<JournalMode>,
+    /// Host latency the rebuild rate adapts to, microseconds (0 returns to the fixed rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuild_latency_target_us: Option<u32>,
 }
 
 /// `POST /v1/dgs/{id-or-name}/scrub`: start a scrub (an empty body means `repair: false`).

@@ -81,6 +81,7 @@ pub fn run(context: &mut Context<'_>, command: DgCommand) -> Result<ExitCode, Fa
             dg,
             rebuild_rate,
             scrub_rate,
+            rebuild_latency_target,
             journal,
             json,
         } => {
@@ -88,6 +89,7 @@ pub fn run(context: &mut Context<'_>, command: DgCommand) -> Result<ExitCode, Fa
                 rebuild_rate_percent: rebuild_rate,
                 scrub_rate_percent: scrub_rate,
                 journal,
+                rebuild_latency_target_us: rebuild_latency_target,
             };
             let view = context.client.update_dg(&dg, &body)?;
             if json.json {

@@ -17,7 +17,10 @@ pub struct Daemon {
 impl Daemon {
     /// Starts a daemon with its state and sockets in a fresh temporary directory.
     pub fn start() -> Daemon {
-        let dir = tempfile::Builder::new().prefix("tessera-e2e-").tempdir_in(scratch_root()).expect("temp dir");
+        let dir = tempfile::Builder::new()
+            .prefix("tessera-e2e-")
+            .tempdir_in(scratch_root())
+            .expect("temp dir");
         let mut daemon = Daemon { dir, child: None };
         daemon.launch();
         daemon
@@ -36,7 +39,11 @@ impl Daemon {
     }
 
     fn launch(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.path("daemon.log")).expect("log file");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("daemon.log"))
+            .expect("log file");
         let child = Command::new(TESSERA)
             .args(["serve", "--state-dir"])
             .arg(self.path("state"))
@@ -72,7 +79,11 @@ impl Daemon {
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
                 if let Some(status) = child.try_wait().expect("wait") {
-                    assert!(status.success(), "daemon exited with {status}; log:\n{}", self.log());
+                    assert!(
+                        status.success(),
+                        "daemon exited with {status}; log:\n{}",
+                        self.log()
+                    );
                     return;
                 }
                 if Instant::now() > deadline {
@@ -99,7 +110,11 @@ impl Daemon {
 
     /// Runs `tessera ARGS --api-socket ...`, returning the output.
     pub fn run(&self, args: &[&str]) -> Output {
-        Command::new(TESSERA).args(args).env("TESSERA_API_SOCKET", self.api_socket()).output().expect("run tessera")
+        Command::new(TESSERA)
+            .args(args)
+            .env("TESSERA_API_SOCKET", self.api_socket())
+            .output()
+            .expect("run tessera")
     }
 
     /// Runs a command that must succeed; returns its stdout.
@@ -123,7 +138,9 @@ impl Daemon {
 
     /// Creates `count` sparse member files of `size` bytes and adds them; returns their ids.
     pub fn add_file_drives(&self, count: usize, size_bytes: u64) -> Vec<String> {
-        let start = std::fs::read_dir(self.dir.path()).map(|d| d.count()).unwrap_or(0);
+        let start = std::fs::read_dir(self.dir.path())
+            .map(|d| d.count())
+            .unwrap_or(0);
         let paths: Vec<String> = (0..count)
             .map(|i| {
                 let path = self.path(&format!("pd-{}-{i}.img", start));
@@ -134,11 +151,21 @@ impl Daemon {
             .collect();
         let mut args = vec!["pd", "add"];
         args.extend(paths.iter().map(String::as_str));
-        self.ok(&args).split_whitespace().map(str::to_string).collect()
+        self.ok(&args)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
     }
 
     /// A group over new file drives and one virtual drive spanning `vd_bytes`; returns the URI.
-    pub fn group_with_vd(&self, level: &str, members: usize, member_bytes: u64, vd_name: &str, vd_bytes: u64) -> String {
+    pub fn group_with_vd(
+        &self,
+        level: &str,
+        members: usize,
+        member_bytes: u64,
+        vd_name: &str,
+        vd_bytes: u64,
+    ) -> String {
         let ids = self.add_file_drives(members, member_bytes);
         let mut args = vec!["dg", "create", "--level", level, "--chunk", "64K"];
         args.extend(ids.iter().map(String::as_str));
@@ -154,7 +181,10 @@ impl Daemon {
     }
 
     pub fn group_members(&self, dg: &str) -> Vec<serde_json::Value> {
-        self.json(&["dg", "describe", dg])["members"].as_array().expect("members").clone()
+        self.json(&["dg", "describe", dg])["members"]
+            .as_array()
+            .expect("members")
+            .clone()
     }
 }
 
@@ -175,12 +205,20 @@ impl Drop for Daemon {
 /// Where test files go: a tmpfs when there is one (fast, and O_DIRECT works there).
 pub fn scratch_root() -> PathBuf {
     let shm = Path::new("/dev/shm");
-    if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
 }
 
 /// Whether an external tool is installed; prints why a test is skipped when it is not.
 pub fn have(tool: &str) -> bool {
-    let found = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().is_ok_and(|o| o.status.success());
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !found {
         eprintln!("SKIPPED: {tool} is not installed (scripts/setup.sh installs it)");
     }
@@ -189,7 +227,10 @@ pub fn have(tool: &str) -> bool {
 
 /// Runs an external command that must succeed; returns stdout.
 pub fn sh(program: &str, args: &[&str]) -> String {
-    let output = Command::new(program).args(args).output().unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
     assert!(
         output.status.success(),
         "{program} {args:?} failed ({}):\n{}{}",
@@ -221,9 +262,17 @@ pub fn fio_verify(uri: &str, size: &str, extra: &[&str], output_dir: &Path) {
     args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     sh("fio", &args);
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&output).expect("fio output")).expect("fio JSON");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&output).expect("fio output"))
+            .expect("fio JSON");
     let job = &report["jobs"][0];
     assert_eq!(job["error"], 0, "fio reported an error: {job}");
-    assert!(job["write"]["io_bytes"].as_u64().unwrap_or(0) > 0, "fio wrote nothing");
-    assert!(job["read"]["io_bytes"].as_u64().unwrap_or(0) > 0, "fio verified nothing");
+    assert!(
+        job["write"]["io_bytes"].as_u64().unwrap_or(0) > 0,
+        "fio wrote nothing"
+    );
+    assert!(
+        job["read"]["io_bytes"].as_u64().unwrap_or(0) > 0,
+        "fio verified nothing"
+    );
 }

@@ -670,6 +670,78 @@ impl DataPlane {
         Ok((dg, generation))
     }
 
+    /// `dg set`: rebuild and scrub rates, and the rebuild latency target. Returns the superblock
+    /// generation that records them.
+    pub fn update_group(
+        &mut self,
+        dg: u32,
+        rebuild_rate: Option<u32>,
+        scrub_rate: Option<u32>,
+        latency_target_us: Option<u32>,
+    ) -> Result<u64, AdminError> {
+        let group = self
+            .groups
+            .get_mut(&dg)
+            .ok_or_else(|| AdminError::NotFound(format!("no drive group {dg}")))?;
+        let percent = |value: u32, what: &str| -> Result<u8, AdminError> {
+            u8::try_from(value)
+                .ok()
+                .filter(|p| (1..=100).contains(p))
+                .ok_or_else(|| {
+                    AdminError::Invalid(format!(
+                        "the {what} rate is a percentage from 1 to 100, not {value}"
+                    ))
+                })
+        };
+        let rebuild = rebuild_rate.map(|v| percent(v, "rebuild")).transpose()?;
+        let scrub = scrub_rate.map(|v| percent(v, "scrub")).transpose()?;
+        if let Some(rate) = rebuild {
+            group
+                .engine
+                .set_rebuild_rate(rate)
+                .map_err(|e| AdminError::Invalid(e.to_string()))?;
+        }
+        if let Some(rate) = scrub {
+            group
+                .engine
+                .set_scrub_rate(rate)
+                .map_err(|e| AdminError::Invalid(e.to_string()))?;
+        }
+        if let Some(target) = latency_target_us {
+            group.engine.set_rebuild_latency_target(target);
+        }
+        let generation = group.engine.set_config(group.config.encode());
+        self.events.push_info(
+            "dg_settings",
+            format!("drive group {dg}: settings changed (rebuild rate {:?}, scrub rate {:?}, latency target {:?} us)", rebuild, scrub, latency_target_us),
+            Some(dg),
+            None,
+        );
+        Ok(generation)
+    }
+
+    /// `dg scrub`.
+    pub fn scrub_group(&mut self, dg: u32, repair: bool) -> Result<(), AdminError> {
+        let group = self
+            .groups
+            .get_mut(&dg)
+            .ok_or_else(|| AdminError::NotFound(format!("no drive group {dg}")))?;
+        group
+            .engine
+            .start_scrub(repair)
+            .map_err(|e| AdminError::Conflict(format!("drive group {dg}: {e}")))?;
+        self.events.push_info(
+            "scrub_started",
+            format!(
+                "drive group {dg}: scrub{} started",
+                if repair { " (repair)" } else { "" }
+            ),
+            Some(dg),
+            None,
+        );
+        Ok(())
+    }
+
     /// Whether superblock generation `generation` of group `dg` is durable.
     pub fn generation_durable(&self, dg: u32, generation: u64) -> bool {
         self.groups

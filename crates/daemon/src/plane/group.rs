@@ -445,6 +445,32 @@ impl DataPlane {
                     None,
                 );
             }
+            GroupEvent::ScrubFinished(result) => {
+                let message = format!(
+                    "drive group {name}: scrub{} {}: {} stripes checked, {} mismatches, {} repaired, {} unrecoverable, {} read errors repaired",
+                    if result.repair { " (repair)" } else { "" },
+                    if result.completed {
+                        "finished"
+                    } else {
+                        "stopped early"
+                    },
+                    result.stats.stripes_checked,
+                    result.stats.mismatches,
+                    result.stats.repaired,
+                    result.stats.unrecoverable,
+                    result.stats.read_errors_repaired
+                );
+                log!("{message}");
+                if result.stats.mismatches > 0 || result.stats.unrecoverable > 0 {
+                    self.events
+                        .push_warning("scrub_finished", message, Some(group_id), None);
+                } else {
+                    self.events
+                        .push_info("scrub_finished", message, Some(group_id), None);
+                }
+                self.scrub_finished_unix_ms
+                    .insert(group_id, crate::plane::unix_ms());
+            }
             GroupEvent::Started => {
                 self.events.push_info(
                     "dg_started",

@@ -105,6 +105,15 @@ pub struct DataPlane {
         Result<(), tessera_raid::engine::MemberError>,
     )>,
     completions: Vec<Completion>,
+    /// When each group's last scrub ended.
+    pub(crate) scrub_finished_unix_ms: BTreeMap<u32, u64>,
+}
+
+pub(crate) fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 mod tokens {
@@ -240,6 +249,7 @@ impl DataPlane {
             stopping: false,
             immediate: Vec::new(),
             completions: Vec::new(),
+            scrub_finished_unix_ms: BTreeMap::new(),
         };
         plane.load_drives()?;
         plane.assemble_groups();

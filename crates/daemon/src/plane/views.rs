@@ -6,7 +6,7 @@ use crate::blob::VdRecord;
 use tessera_api::model::{
     BadRange, DgState, DgView, InfoView, IoView, JournalMode, JournalPlacement, JournalView,
     KernelSpeedView, MemberView, ParityChoiceView, ParityEngineView, ParitySelectionView, PdKind,
-    PdState, PdView, RaidLevel, RebuildKind, RebuildView, VdView,
+    PdState, PdView, RaidLevel, RebuildKind, RebuildView, ScrubResultView, ScrubView, VdView,
 };
 use tessera_raid::engine::GroupState;
 use tessera_raid::geometry::Level;
@@ -145,8 +145,11 @@ impl DataPlane {
                     RebuildKind::Rebuild
                 },
                 progress_percent: (progress * 10.0).round() / 10.0,
-                rate_percent: u32::from(superblock.rebuild_rate_percent),
-                eta_seconds: None,
+                rate_percent: u32::from(engine.effective_rebuild_rate()),
+                eta_seconds: eta(
+                    rebuild.total_bytes - rebuild.position_bytes,
+                    engine.background_bytes_per_second(),
+                ),
                 position_bytes: rebuild.position_bytes,
                 total_bytes: rebuild.total_bytes,
             }
@@ -171,15 +174,49 @@ impl DataPlane {
             generation: status.generation,
             members,
             rebuild,
-            scrub: None,
-            last_scrub: None,
+            scrub: engine.scrub_progress().map(|(repair, done, total, stats)| {
+                let stripe = geometry.stripe_data_bytes();
+                ScrubView {
+                    repair,
+                    progress_percent: if total == 0 {
+                        100.0
+                    } else {
+                        (done as f64 * 1000.0 / total as f64).round() / 10.0
+                    },
+                    rate_percent: u32::from(superblock.scrub_rate_percent.max(1)),
+                    eta_seconds: eta(
+                        (total - done) * stripe,
+                        engine.background_bytes_per_second(),
+                    ),
+                    position_bytes: done * stripe,
+                    total_bytes: total * stripe,
+                    mismatches: stats.mismatches,
+                    repaired: stats.repaired,
+                }
+            }),
+            last_scrub: engine.last_scrub().map(|result| ScrubResultView {
+                repair: result.repair,
+                finished_unix_ms: self
+                    .scrub_finished_unix_ms
+                    .get(&group.id)
+                    .copied()
+                    .unwrap_or(0),
+                completed: result.completed,
+                mismatches: result.stats.mismatches,
+                repaired: result.stats.repaired,
+                unrecoverable: result.stats.unrecoverable,
+            }),
             journal: JournalView {
                 mode: journal_mode(superblock.journal_mode),
                 placement: JournalPlacement::Members,
                 pd: None,
             },
             rebuild_rate_percent: u32::from(superblock.rebuild_rate_percent),
-            scrub_rate_percent: None,
+            scrub_rate_percent: Some(u32::from(if superblock.scrub_rate_percent == 0 {
+                30
+            } else {
+                superblock.scrub_rate_percent
+            })),
             bad_ranges: superblock
                 .bad_ranges
                 .iter()
@@ -259,6 +296,11 @@ impl DataPlane {
             uptime_seconds: self.started.elapsed().as_secs(),
         }
     }
+}
+
+/// Seconds left at the recent rate, once there is one.
+fn eta(remaining_bytes: u64, bytes_per_second: f64) -> Option<u64> {
+    (bytes_per_second > 0.0).then(|| (remaining_bytes as f64 / bytes_per_second).ceil() as u64)
 }
 
 fn guess_kind(path: &str) -> PdKind {

@@ -2,6 +2,7 @@
 //! unclean shutdown. Both run as stripe operations, a few at a time, beside host I/O.
 
 use super::members::MemberState;
+use super::scrub::ScrubStats;
 use super::stripe::{Kind, Stage, StripeOp};
 use super::{Engine, GroupEvent};
 use std::collections::{BTreeSet, VecDeque};
@@ -36,10 +37,114 @@ struct ResyncCursor {
     total: u64,
 }
 
+struct ScrubCursor {
+    repair: bool,
+    next_stripe: u64,
+    in_flight: u32,
+    stats: ScrubStats,
+    started_us: u64,
+}
+
+/// How a scrub ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScrubResult {
+    pub repair: bool,
+    pub stats: ScrubStats,
+    /// Whether it went over every stripe (false: the group failed or it was cancelled).
+    pub completed: bool,
+    pub duration_us: u64,
+}
+
+/// Shares member bandwidth between host I/O and background work: in every window of host
+/// activity, background work may move `rate / (100 - rate)` times the bytes hosts moved. With no
+/// host I/O, background work runs at full speed.
+#[derive(Default)]
+pub(crate) struct Pacer {
+    window_start_us: u64,
+    host_bytes_at_start: u64,
+    background_bytes_at_start: u64,
+    previous_host_bytes: u64,
+    /// Background throughput, smoothed over windows (for ETAs).
+    pub background_bytes_per_second: f64,
+    /// The rate in effect when adapting to a latency target.
+    pub adaptive_rate_percent: Option<u8>,
+    latency_sum_us: u64,
+    latency_count: u64,
+}
+
+const PACING_WINDOW_US: u64 = 100_000;
+
+impl Pacer {
+    /// Whether background work may start another step now, given the cumulative byte counters.
+    fn allows(
+        &mut self,
+        now_us: u64,
+        host_bytes: u64,
+        background_bytes: u64,
+        rate_percent: u8,
+    ) -> bool {
+        if now_us >= self.window_start_us + PACING_WINDOW_US {
+            let elapsed = (now_us - self.window_start_us).max(1);
+            let moved = background_bytes - self.background_bytes_at_start;
+            let sample = moved as f64 * 1e6 / elapsed as f64;
+            self.background_bytes_per_second = if self.background_bytes_per_second == 0.0 {
+                sample
+            } else {
+                0.7 * self.background_bytes_per_second + 0.3 * sample
+            };
+            self.previous_host_bytes = host_bytes - self.host_bytes_at_start;
+            self.window_start_us = now_us;
+            self.host_bytes_at_start = host_bytes;
+            self.background_bytes_at_start = background_bytes;
+        }
+        if rate_percent >= 100 {
+            return true;
+        }
+        let host = (host_bytes - self.host_bytes_at_start).max(self.previous_host_bytes);
+        if host == 0 {
+            return true;
+        }
+        let allowed = host as f64 * f64::from(rate_percent) / f64::from(100 - rate_percent);
+        ((background_bytes - self.background_bytes_at_start) as f64) < allowed
+    }
+
+    fn next_window_us(&self) -> u64 {
+        self.window_start_us + PACING_WINDOW_US
+    }
+
+    /// Records a host request's latency (for the latency-target mode).
+    pub(crate) fn host_latency(&mut self, latency_us: u64) {
+        self.latency_sum_us += latency_us;
+        self.latency_count += 1;
+    }
+
+    /// Adapts the rate toward a latency target, once per window: multiplicative decrease when
+    /// hosts wait longer than the target, additive increase when they do not.
+    fn adapt(&mut self, target_us: u32, base_rate: u8) -> u8 {
+        let rate = self.adaptive_rate_percent.unwrap_or(base_rate);
+        if self.latency_count < 8 {
+            return rate;
+        }
+        let average = self.latency_sum_us / self.latency_count;
+        self.latency_sum_us = 0;
+        self.latency_count = 0;
+        let next = if average > u64::from(target_us) {
+            (rate as u32 * 7 / 10).max(1) as u8
+        } else {
+            (rate + 5).min(100)
+        };
+        self.adaptive_rate_percent = Some(next);
+        next
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Background {
     rebuild: Option<RebuildCursor>,
     resync: Option<ResyncCursor>,
+    scrub: Option<ScrubCursor>,
+    pub last_scrub: Option<ScrubResult>,
+    pub pacer: Pacer,
 }
 
 impl Background {
@@ -58,7 +163,18 @@ impl Background {
     }
 
     pub(crate) fn is_active(&self) -> bool {
-        self.rebuild.is_some() || self.resync.is_some()
+        self.rebuild.is_some() || self.resync.is_some() || self.scrub.is_some()
+    }
+
+    pub(crate) fn scrub_stats_mut(&mut self) -> &mut ScrubStats {
+        &mut self.scrub.as_mut().expect("a scrub is running").stats
+    }
+
+    /// Progress of a running scrub: (repair, next stripe, stats).
+    pub(crate) fn scrub_progress(&self) -> Option<(bool, u64, ScrubStats)> {
+        self.scrub
+            .as_ref()
+            .map(|cursor| (cursor.repair, cursor.next_stripe, cursor.stats))
     }
 
     pub(crate) fn resync_pending(&self) -> bool {
@@ -87,6 +203,7 @@ impl Engine {
         }
         let mut progressed = self.pump_rebuild();
         progressed |= self.pump_resync();
+        progressed |= self.pump_scrub();
         progressed
     }
 
@@ -174,6 +291,11 @@ impl Engine {
             if cursor.in_flight as usize >= self.config.rebuild_window {
                 return progressed;
             }
+            let rate = self.rebuild_rate();
+            if !self.background_may_run(rate) {
+                return progressed;
+            }
+            let cursor = self.background.rebuild.as_mut().expect("rebuild cursor");
             let (row, redo) = match cursor.redo.pop() {
                 Some(row) => (row, true),
                 None if cursor.next_row < cursor.rows => {
@@ -361,6 +483,126 @@ impl Engine {
             }
             progressed = true;
         }
+    }
+
+    /// The rebuild rate in effect: the configured one, or the one adapted to the latency
+    /// target.
+    pub(super) fn rebuild_rate(&mut self) -> u8 {
+        let base = self.superblock.rebuild_rate_percent;
+        match self.superblock.rebuild_latency_target_us {
+            0 => base,
+            target => self.background.pacer.adapt(target, base),
+        }
+    }
+
+    fn scrub_rate(&self) -> u8 {
+        match self.superblock.scrub_rate_percent {
+            0 => 30,
+            rate => rate,
+        }
+    }
+
+    fn background_may_run(&mut self, rate_percent: u8) -> bool {
+        let host = self.counters.host_read_bytes + self.counters.host_write_bytes;
+        let background = self.counters.rebuilt_bytes + self.counters.scrubbed_bytes;
+        self.background
+            .pacer
+            .allows(self.now_us, host, background, rate_percent)
+    }
+
+    /// When paced background work may next start (for `next_deadline_us`).
+    pub(super) fn background_deadline(&self) -> Option<u64> {
+        (self.background.rebuild.is_some() || self.background.scrub.is_some())
+            .then(|| self.background.pacer.next_window_us())
+    }
+
+    /// Starts a scrub of every written stripe.
+    pub fn start_scrub(&mut self, repair: bool) -> Result<(), super::AdminError> {
+        if self.background.scrub.is_some() {
+            return Err(super::AdminError::ScrubRunning);
+        }
+        if self.members.group_state(&self.geometry) != super::GroupState::Optimal {
+            return Err(super::AdminError::NotOptimal);
+        }
+        self.background.scrub = Some(ScrubCursor {
+            repair,
+            next_stripe: 0,
+            in_flight: 0,
+            stats: ScrubStats::default(),
+            started_us: self.now_us,
+        });
+        self.pump();
+        Ok(())
+    }
+
+    /// Stops a running scrub after the stripes in flight.
+    pub fn cancel_scrub(&mut self) {
+        if let Some(cursor) = &mut self.background.scrub {
+            cursor.next_stripe = self.geometry.stripe_count();
+        }
+    }
+
+    fn pump_scrub(&mut self) -> bool {
+        let Some(cursor) = &self.background.scrub else {
+            return false;
+        };
+        let failed = self.members.group_state(&self.geometry) == super::GroupState::Failed;
+        if (cursor.next_stripe >= self.geometry.stripe_count() || failed) && cursor.in_flight == 0 {
+            let cursor = self.background.scrub.take().expect("scrub cursor");
+            let result = ScrubResult {
+                repair: cursor.repair,
+                stats: cursor.stats,
+                completed: !failed,
+                duration_us: self.now_us - cursor.started_us,
+            };
+            self.background.last_scrub = Some(result);
+            self.emit_event(GroupEvent::ScrubFinished(result));
+            return true;
+        }
+        let mut progressed = false;
+        loop {
+            let cursor = self.background.scrub.as_ref().expect("scrub cursor");
+            if failed
+                || cursor.in_flight as usize >= self.config.rebuild_window
+                || cursor.next_stripe >= self.geometry.stripe_count()
+            {
+                return progressed;
+            }
+            let (stripe, repair) = (cursor.next_stripe, cursor.repair);
+            let rate = self.scrub_rate();
+            if !self.background_may_run(rate) {
+                return progressed;
+            }
+            let region = self.regions.region_of_stripe(stripe, &self.geometry);
+            let cursor = self.background.scrub.as_mut().expect("scrub cursor");
+            if !self.regions.is_written(region) {
+                // Skip the whole region: it holds no data.
+                cursor.next_stripe = self.regions.stripes(region, &self.geometry).end;
+                progressed = true;
+                continue;
+            }
+            cursor.next_stripe += 1;
+            cursor.in_flight += 1;
+            let id = self
+                .ops
+                .insert(StripeOp::new(stripe, region, Kind::Scrub { repair }));
+            if self.locks.acquire(stripe, id) {
+                self.ops.get_mut(id).expect("new op").stage = Stage::Gate;
+                self.ready.push_back(id);
+            }
+            progressed = true;
+        }
+    }
+
+    pub(super) fn scrub_step_done(&mut self, lost: bool) {
+        let chunk = self.geometry.chunk_bytes();
+        let members = self.geometry.members() as u64;
+        let cursor = self.background.scrub.as_mut().expect("scrub cursor");
+        cursor.in_flight -= 1;
+        if lost {
+            cursor.stats.unrecoverable += 1;
+        }
+        self.counters.scrubbed_bytes += chunk * members;
     }
 
     pub(super) fn resync_step_done(&mut self, skipped: bool) {

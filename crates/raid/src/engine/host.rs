@@ -147,6 +147,7 @@ impl Engine {
             fua_members: 0,
             fua,
             fua_bitmap: false,
+            submit_us: self.now_us,
         })
     }
 

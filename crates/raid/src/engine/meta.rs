@@ -204,6 +204,8 @@ impl Engine {
             journal_mode: spec.journal_mode,
             clean: true,
             rebuild_rate_percent: spec.rebuild_rate_percent.clamp(1, 100),
+            scrub_rate_percent: 30,
+            rebuild_latency_target_us: 0,
             name: spec.name,
             members: records,
             bad_ranges: Vec::new(),

@@ -12,11 +12,14 @@ mod locks;
 mod members;
 mod meta;
 mod regions;
+mod scrub;
 mod slab;
 mod stripe;
 mod types;
 
+pub use background::ScrubResult;
 pub use meta::{AssembleError, CreateSpec, DeviceProbe};
+pub use scrub::ScrubStats;
 pub use types::{
     AdminError, Command, CommandId, EngineConfig, FailReason, GroupEvent, GroupState, HostError,
     HostOp, HostRequest, MemberCommand, MemberError, MemberOp, Reply,
@@ -97,6 +100,8 @@ struct Request {
     fua: bool,
     /// FUA that must also make bitmap changes durable (write-zeroes that dropped regions).
     fua_bitmap: bool,
+    /// When the request arrived (for latency-adaptive background pacing).
+    submit_us: u64,
 }
 
 /// A flush of every data member: for a host FLUSH, for FUA, or internal (to let dirty regions
@@ -145,6 +150,7 @@ pub struct Counters {
     pub coalesced_writes: u64,
     pub rebuilt_bytes: u64,
     pub resynced_stripes: u64,
+    pub scrubbed_bytes: u64,
 }
 
 /// A point-in-time view of the group for operators and tests.
@@ -399,7 +405,8 @@ impl Engine {
     pub fn next_deadline_us(&self) -> Option<u64> {
         let gathering = self.gathering_deadline();
         let regions = self.regions.next_deadline();
-        [gathering, regions].into_iter().flatten().min()
+        let background = self.background_deadline();
+        [gathering, regions, background].into_iter().flatten().min()
     }
 
     /// Accepts a host request. Its reply arrives through `poll`.
@@ -508,6 +515,71 @@ impl Engine {
         self.request_superblock_update();
         self.pump();
         Ok(self.members.list.len() - 1)
+    }
+
+    /// Sets the share of member bandwidth rebuilds may take while hosts are busy (1..=100).
+    pub fn set_rebuild_rate(&mut self, percent: u8) -> Result<(), AdminError> {
+        if !(1..=100).contains(&percent) {
+            return Err(AdminError::BadValue(
+                "the rebuild rate is a percentage from 1 to 100",
+            ));
+        }
+        self.superblock.rebuild_rate_percent = percent;
+        self.background.pacer.adaptive_rate_percent = None;
+        self.request_superblock_update();
+        Ok(())
+    }
+
+    /// Sets the share of member bandwidth scrubs may take while hosts are busy (1..=100).
+    pub fn set_scrub_rate(&mut self, percent: u8) -> Result<(), AdminError> {
+        if !(1..=100).contains(&percent) {
+            return Err(AdminError::BadValue(
+                "the scrub rate is a percentage from 1 to 100",
+            ));
+        }
+        self.superblock.scrub_rate_percent = percent;
+        self.request_superblock_update();
+        Ok(())
+    }
+
+    /// Makes the rebuild rate adapt so host requests finish within `target_us` on average
+    /// (0 turns the adaptation off and returns to the fixed rate).
+    pub fn set_rebuild_latency_target(&mut self, target_us: u32) {
+        self.superblock.rebuild_latency_target_us = target_us;
+        self.background.pacer.adaptive_rate_percent = None;
+        self.request_superblock_update();
+    }
+
+    /// A running scrub's progress: (repair mode, stripes done, stripes in all, findings).
+    pub fn scrub_progress(&self) -> Option<(bool, u64, u64, ScrubStats)> {
+        self.background
+            .scrub_progress()
+            .map(|(repair, next, stats)| {
+                (
+                    repair,
+                    next.min(self.geometry.stripe_count()),
+                    self.geometry.stripe_count(),
+                    stats,
+                )
+            })
+    }
+
+    /// How the last scrub ended.
+    pub fn last_scrub(&self) -> Option<ScrubResult> {
+        self.background.last_scrub
+    }
+
+    /// The rebuild (or scrub) throughput recently achieved, bytes per second.
+    pub fn background_bytes_per_second(&self) -> f64 {
+        self.background.pacer.background_bytes_per_second
+    }
+
+    /// The rebuild rate in effect (adapted to the latency target when one is set).
+    pub fn effective_rebuild_rate(&self) -> u8 {
+        self.background
+            .pacer
+            .adaptive_rate_percent
+            .unwrap_or(self.superblock.rebuild_rate_percent)
     }
 
     /// Brings a failed member back to be rebuilt in its role (after an administrative fail, or a
@@ -782,6 +854,9 @@ impl Engine {
             id: entry.id,
             result,
         };
+        self.background
+            .pacer
+            .host_latency(self.now_us.saturating_sub(entry.submit_us));
         let needed = self.meta.failure_generation;
         if entry.waits_for_metadata && needed > self.meta.durable_generation {
             self.parked.push((needed, reply));

@@ -39,6 +39,11 @@ pub(crate) enum Kind {
     Recover {
         pieces: Vec<RecoverPiece>,
     },
+    /// Check a stripe's redundancy (and with `repair`, fix what disagrees); read errors are
+    /// always repaired.
+    Scrub {
+        repair: bool,
+    },
     Rebuild {
         target: usize,
         column: Column,
@@ -95,18 +100,20 @@ pub(crate) enum IoPurpose {
 /// Buffers of a stripe over a chunk range: one per data chunk and per parity chunk read, and
 /// the recovery that fills in lost data chunks.
 #[derive(Default)]
-struct Image {
-    range: Option<ChunkRange>,
-    data: [Option<BufferSlice>; MAX_MEMBERS],
-    parity: [Option<BufferSlice>; 2],
-    recovery: Option<Recovery>,
+pub(super) struct Image {
+    pub(super) range: Option<ChunkRange>,
+    pub(super) data: [Option<BufferSlice>; MAX_MEMBERS],
+    pub(super) parity: [Option<BufferSlice>; 2],
+    pub(super) recovery: Option<Recovery>,
 }
 
 /// What the plan decided, for the compute stage.
 // Ops live in a slab, allocated once per op; boxing the large variant would add an allocation.
 #[allow(clippy::large_enum_variant)]
-enum Work {
+pub(super) enum Work {
     None,
+    /// Every readable copy of a mirrored chunk: (member, device offset, buffer).
+    Copies(Vec<(usize, u64, BufferSlice)>),
     /// A parity-level write.
     ParityWrite {
         strategy: WriteStrategy,
@@ -133,23 +140,23 @@ pub(crate) struct StripeOp {
     pub region: u64,
     pub stage: Stage,
     pub kind: Kind,
-    pending_io: u32,
-    read_failed: bool,
+    pub(super) pending_io: u32,
+    pub(super) read_failed: bool,
     /// Members whose reads failed during this op (treated as lost for it).
-    unreadable: u64,
-    entered: bool,
-    written_members: u64,
-    scratch: Vec<BufferId>,
-    work: Work,
+    pub(super) unreadable: u64,
+    pub(super) entered: bool,
+    pub(super) written_members: u64,
+    pub(super) scratch: Vec<BufferId>,
+    pub(super) work: Work,
     /// The op could not do its job because data is lost beyond redundancy.
-    lost_data: bool,
+    pub(super) lost_data: bool,
     /// Data chunks that could not be recovered (for recording what a rebuild lost).
-    lost_mask: u64,
+    pub(super) lost_mask: u64,
     /// A resync that had to leave its stripe unsynced (a data chunk is unreadable).
-    skipped: bool,
+    pub(super) skipped: bool,
     /// A rebuild that lost data beyond redundancy is zeroing the lost chunks and making parity
     /// agree with what is left, so the stripe's redundancy stays usable for the rest.
-    salvaging: bool,
+    pub(super) salvaging: bool,
 }
 
 impl StripeOp {
@@ -260,7 +267,7 @@ impl StripeOp {
 }
 
 /// Result of a planning step.
-enum Planned {
+pub(super) enum Planned {
     /// Reads were issued (or none were needed); go on.
     Go,
     /// No buffer space: wait.
@@ -372,7 +379,12 @@ impl Engine {
     /// The region gate; true when the op may go on (stage advanced).
     fn pass_gate(&mut self, id: OpId, op: &mut StripeOp) -> bool {
         match op.kind {
-            Kind::Write { .. } => {
+            Kind::Write { .. } | Kind::Scrub { repair: true } => {
+                if matches!(op.kind, Kind::Scrub { .. }) && !self.regions.is_written(op.region) {
+                    // Nothing to check in a region that holds no data.
+                    op.stage = Stage::Done;
+                    return true;
+                }
                 self.note_first_write();
                 if self.write_gate(op.region, id) == super::regions::Gate::Wait {
                     return false;
@@ -402,7 +414,13 @@ impl Engine {
         true
     }
 
-    fn op_issue(&mut self, id: OpId, op: &mut StripeOp, member: usize, command: MemberOp) {
+    pub(super) fn op_issue(
+        &mut self,
+        id: OpId,
+        op: &mut StripeOp,
+        member: usize,
+        command: MemberOp,
+    ) {
         let purpose = match command {
             MemberOp::Read { .. } => IoPurpose::Read,
             _ => IoPurpose::Write,
@@ -414,7 +432,7 @@ impl Engine {
         self.issue(member, command, Owner::Stripe { op: id, purpose });
     }
 
-    fn scratch(&mut self, op: &mut StripeOp, len_bytes: u64) -> Option<BufferSlice> {
+    pub(super) fn scratch(&mut self, op: &mut StripeOp, len_bytes: u64) -> Option<BufferSlice> {
         // An eighth of the arena stays free for metadata (superblock and bitmap writes), which
         // must never wait for data I/O to free space.
         let limit = self.pool.capacity_bytes() - self.pool.capacity_bytes() / 8;
@@ -434,7 +452,7 @@ impl Engine {
     }
 
     /// Whether a data or parity column of the op's stripe can be read, and from where.
-    fn readable_column(&self, op: &StripeOp, column: Column) -> Option<(usize, u64)> {
+    pub(super) fn readable_column(&self, op: &StripeOp, column: Column) -> Option<(usize, u64)> {
         self.column_reader(op.stripe, column)
             .filter(|(member, _)| op.unreadable & (1 << member) == 0)
     }
@@ -482,6 +500,7 @@ impl Engine {
             Kind::Rebuild { .. } if op.salvaging => self.plan_salvage(id, op),
             Kind::Rebuild { .. } => self.plan_rebuild(id, op),
             Kind::Resync => self.plan_resync(id, op),
+            Kind::Scrub { .. } => self.plan_scrub(id, op),
         }
     }
 
@@ -548,7 +567,7 @@ impl Engine {
     /// column that must not be read (the one being rebuilt). With `parity_outputs`, buffers
     /// for freshly computed parity are allocated too. Every buffer is allocated before any
     /// read is issued, so running out of space never strands I/O.
-    fn plan_image(
+    pub(super) fn plan_image(
         &mut self,
         id: OpId,
         op: &mut StripeOp,
@@ -964,10 +983,11 @@ impl Engine {
             Kind::Rebuild { .. } if op.salvaging => self.compute_salvage(id, op),
             Kind::Rebuild { .. } => self.compute_rebuild(id, op),
             Kind::Resync => self.compute_resync(id, op),
+            Kind::Scrub { .. } => self.compute_scrub(id, op),
         }
     }
 
-    fn image_recover(&mut self, image: &Image) {
+    pub(super) fn image_recover(&mut self, image: &Image) {
         if let Some(recovery) = image.recovery {
             let data_chunks = self.geometry.data_chunks();
             let data: Vec<BufferSlice> = image.data[..data_chunks]
@@ -1325,7 +1345,7 @@ impl Engine {
                     }
                 }
             }
-            Work::ParityWrite { .. } => unreachable!("resync plans a chunk"),
+            Work::ParityWrite { .. } | Work::Copies(_) => unreachable!("resync plans a chunk"),
         }
         op.work = work;
     }
@@ -1403,7 +1423,10 @@ impl Engine {
         if op.entered {
             let wrote = matches!(
                 op.kind,
-                Kind::Write { .. } | Kind::Resync | Kind::Rebuild { .. }
+                Kind::Write { .. }
+                    | Kind::Resync
+                    | Kind::Rebuild { .. }
+                    | Kind::Scrub { repair: true }
             );
             self.regions.leave(
                 op.region,
@@ -1435,6 +1458,7 @@ impl Engine {
             }
             Kind::Rebuild { row, .. } => self.rebuild_step_done(row),
             Kind::Resync => self.resync_step_done(op.skipped),
+            Kind::Scrub { .. } => self.scrub_step_done(op.lost_data),
         }
     }
 

@@ -154,6 +154,8 @@ pub enum GroupEvent {
     ResyncFinished { regions: u64 },
     /// The engine finished starting and serves requests.
     Started,
+    /// A scrub ended.
+    ScrubFinished(crate::engine::ScrubResult),
 }
 
 /// Why a member failed.
@@ -268,6 +270,12 @@ pub enum AdminError {
     NotFailed(usize),
     /// Another member already holds the role.
     RoleTaken(usize),
+    /// A scrub is already running.
+    ScrubRunning,
+    /// The operation needs every member in sync.
+    NotOptimal,
+    /// A value outside what the setting accepts.
+    BadValue(&'static str),
 }
 
 impl fmt::Display for AdminError {
@@ -290,6 +298,9 @@ impl fmt::Display for AdminError {
             AdminError::NoSuchMember(member) => write!(f, "no member {member} with a role"),
             AdminError::NotFailed(member) => write!(f, "member {member} is not failed"),
             AdminError::RoleTaken(role) => write!(f, "role {role} is held by another member"),
+            AdminError::ScrubRunning => write!(f, "a scrub is already running"),
+            AdminError::NotOptimal => write!(f, "the group is not optimal"),
+            AdminError::BadValue(what) => write!(f, "{what}"),
         }
     }
 }

@@ -1,0 +1,208 @@
+//! A synchronous driver for one engine over in-memory members: every member command completes
+//! the moment it is emitted. For focused tests (scrub repair, recovery cases) and the engine
+//! micro-benchmark, where the simulator's faults and timing are not wanted.
+
+use std::sync::Arc;
+use tessera_raid::engine::{
+    Command, CreateSpec, Engine, EngineConfig, GroupEvent, HostError, HostOp, HostRequest, MemberOp,
+};
+use tessera_raid::geometry::Level;
+use tessera_raid::superblock::{JournalMode, Uuid};
+
+pub struct Harness {
+    pub engine: Engine,
+    pub members: Vec<Vec<u8>>,
+    /// (member, 512-byte sector) that fail to read until written.
+    pub latent_errors: std::collections::BTreeSet<(usize, u64)>,
+    pub events: Vec<GroupEvent>,
+    now_us: u64,
+    next_id: u64,
+    /// Replies seen by `drain`, by request id.
+    replies: Vec<(u64, Result<Option<Vec<u8>>, HostError>)>,
+}
+
+impl Harness {
+    /// A new group over `members` in-memory members of `member_bytes` each.
+    pub fn new(
+        level: Level,
+        members: usize,
+        chunk_bytes: u64,
+        member_bytes: u64,
+        config: EngineConfig,
+        parity: Arc<dyn tessera_parity::Kernel>,
+    ) -> Harness {
+        let spec = CreateSpec {
+            group_uuid: Uuid([9; 16]),
+            name: "harness".into(),
+            level,
+            chunk_bytes,
+            members: (0..members)
+                .map(|i| (Uuid([i as u8 + 1; 16]), member_bytes))
+                .collect(),
+            created_unix_seconds: 0,
+            region_bytes: None,
+            journal_bytes: Some(1 << 20),
+            journal_mode: JournalMode::AlwaysOff,
+            rebuild_rate_percent: 100,
+            config: Vec::new(),
+        };
+        let engine = Engine::create(spec, config, parity).expect("harness group");
+        let mut harness = Harness {
+            engine,
+            members: (0..members)
+                .map(|_| vec![0u8; member_bytes as usize])
+                .collect(),
+            latent_errors: Default::default(),
+            events: Vec::new(),
+            now_us: 0,
+            next_id: 1,
+            replies: Vec::new(),
+        };
+        harness.settle();
+        harness
+    }
+
+    /// Carries out every command the engine has until it has none; returns replies seen.
+    pub fn drain(&mut self) -> usize {
+        let mut replies = 0;
+        while let Some(command) = self.engine.poll() {
+            match command {
+                Command::Member(command) => {
+                    let member = &mut self.members[command.member];
+                    let sectors = |offset: u64, len: usize| {
+                        (command.member, offset / 512)
+                            ..(command.member, (offset + len as u64).div_ceil(512))
+                    };
+                    let result = match command.op {
+                        MemberOp::Read {
+                            offset_bytes,
+                            buffer,
+                        } => {
+                            let start = offset_bytes as usize;
+                            let out = self.engine.pool_mut().bytes_mut(buffer);
+                            if self
+                                .latent_errors
+                                .range(sectors(offset_bytes, out.len()))
+                                .next()
+                                .is_some()
+                            {
+                                Err(tessera_raid::engine::MemberError::Io)
+                            } else {
+                                out.copy_from_slice(&member[start..start + out.len()]);
+                                Ok(())
+                            }
+                        }
+                        MemberOp::Write {
+                            offset_bytes,
+                            buffer,
+                        } => {
+                            let start = offset_bytes as usize;
+                            let data = self.engine.pool().bytes(buffer);
+                            member[start..start + data.len()].copy_from_slice(data);
+                            let healed: Vec<_> = self
+                                .latent_errors
+                                .range(sectors(offset_bytes, data.len()))
+                                .copied()
+                                .collect();
+                            for sector in healed {
+                                self.latent_errors.remove(&sector);
+                            }
+                            Ok(())
+                        }
+                        MemberOp::Flush => Ok(()),
+                    };
+                    self.engine.complete(command.id, result);
+                }
+                Command::Reply(reply) => {
+                    replies += 1;
+                    let result = reply.result.map(|buffer| {
+                        buffer.map(|buffer| {
+                            let data = self.engine.pool().slice(buffer).to_vec();
+                            self.engine.pool_mut().free(buffer);
+                            data
+                        })
+                    });
+                    self.replies.push((reply.id, result));
+                }
+                Command::Event(event) => self.events.push(event),
+            }
+        }
+        replies
+    }
+
+    /// Runs until the engine is idle and its background work is done, advancing time.
+    pub fn settle(&mut self) {
+        for _ in 0..10_000_000 {
+            self.drain();
+            if self.engine.is_idle() && !self.engine.has_background_work() {
+                return;
+            }
+            self.now_us = self
+                .engine
+                .next_deadline_us()
+                .map_or(self.now_us + 1000, |deadline| deadline.max(self.now_us + 1));
+            self.engine.tick(self.now_us);
+        }
+        panic!("the engine did not settle: {}", self.engine.debug_summary());
+    }
+
+    /// Advances time by `us` (ticking as it goes).
+    pub fn advance(&mut self, us: u64) {
+        self.now_us += us;
+        self.engine.tick(self.now_us);
+        self.drain();
+    }
+
+    pub fn now_us(&self) -> u64 {
+        self.now_us
+    }
+
+    fn request(&mut self, op: HostOp) -> Result<Option<Vec<u8>>, HostError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.engine.submit(HostRequest { id, op });
+        for _ in 0..1_000_000 {
+            self.drain();
+            if let Some(at) = self.replies.iter().position(|(reply, _)| *reply == id) {
+                return self.replies.remove(at).1;
+            }
+            self.now_us += 10;
+            self.engine.tick(self.now_us);
+        }
+        panic!("request {id} not answered: {}", self.engine.debug_summary());
+    }
+
+    pub fn write(&mut self, offset_bytes: u64, data: &[u8]) -> Result<(), HostError> {
+        let buffer = self
+            .engine
+            .alloc_host_buffer(data.len())
+            .expect("host buffer");
+        self.engine
+            .pool_mut()
+            .slice_mut(buffer)
+            .copy_from_slice(data);
+        self.request(HostOp::Write {
+            offset_bytes,
+            buffer,
+            fua: false,
+        })
+        .map(|_| ())
+    }
+
+    pub fn read(&mut self, offset_bytes: u64, len_bytes: u64) -> Result<Vec<u8>, HostError> {
+        self.request(HostOp::Read {
+            offset_bytes,
+            len_bytes,
+        })
+        .map(|data| data.expect("read data"))
+    }
+
+    pub fn flush(&mut self) -> Result<(), HostError> {
+        self.request(HostOp::Flush).map(|_| ())
+    }
+
+    /// Where a member's data area starts.
+    pub fn data_offset_bytes(&self) -> u64 {
+        self.engine.superblock().data_offset_bytes
+    }
+}
