@@ -21,9 +21,21 @@ pub struct MemberLayout {
     pub data_offset_bytes: u64,
 }
 
-/// Default journal area: 1/256 of the member, between 256 KiB and 64 MiB, in 64 KiB units.
-pub fn default_journal_bytes(member_bytes: u64) -> u64 {
-    (member_bytes / 256).clamp(256 << 10, 64 << 20) / (64 << 10) * (64 << 10)
+/// Default journal area: 1/256 of the member, between 256 KiB and 64 MiB, in 64 KiB units,
+/// and never less than the journal needs for the stripe size.
+pub fn default_journal_bytes(member_bytes: u64, members: usize, chunk_bytes: u64) -> u64 {
+    let share = (member_bytes / 256).clamp(256 << 10, 64 << 20);
+    share
+        .max(min_journal_bytes(members, chunk_bytes))
+        .div_ceil(64 << 10)
+        * (64 << 10)
+}
+
+/// The smallest journal area that holds two of the largest batches (one stripe update of
+/// every column) and a checkpoint, so journaled writes can always make progress.
+pub fn min_journal_bytes(members: usize, chunk_bytes: u64) -> u64 {
+    let largest_batch = members as u64 * chunk_bytes + (8 << 10);
+    2 * largest_batch + (4 << 10)
 }
 
 /// Lays out a new group over members whose smallest is `smallest_member_bytes`.
@@ -46,8 +58,8 @@ pub fn member_layout(
     let bitmap_slot_bytes = slot_bytes_for(upper.data_bytes().div_ceil(region_bytes));
     let bitmap_offset_bytes = METADATA_AREA_OFFSET;
     let journal_offset_bytes = bitmap_offset_bytes + 2 * bitmap_slot_bytes;
-    let journal_bytes =
-        journal_bytes.unwrap_or_else(|| default_journal_bytes(smallest_member_bytes));
+    let journal_bytes = journal_bytes
+        .unwrap_or_else(|| default_journal_bytes(smallest_member_bytes, members, chunk_bytes));
     assert_eq!(journal_bytes % 4096, 0, "journal size is whole pages");
     let data_offset_bytes =
         (journal_offset_bytes + journal_bytes).div_ceil(DATA_ALIGN_BYTES) * DATA_ALIGN_BYTES;

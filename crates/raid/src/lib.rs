@@ -8,6 +8,7 @@
 pub mod bitmap;
 pub mod engine;
 pub mod geometry;
+pub mod journal;
 pub mod layout;
 pub mod plan;
 pub mod superblock;

@@ -201,6 +201,12 @@ pub struct Superblock {
     pub scrub_rate_percent: u8,
     /// When set, the rebuild rate adapts so host request latency stays near this target.
     pub rebuild_latency_target_us: u32,
+    /// Every stripe update since `journal_floor_sequence` is in the journal, and no region
+    /// awaits resync from before: after a crash, replaying the journal alone makes every stripe
+    /// consistent.
+    pub journal_covering: bool,
+    /// Journal batches below this sequence number are never replayed.
+    pub journal_floor_sequence: u64,
     pub name: String,
     pub members: Vec<MemberRecord>,
     pub bad_ranges: Vec<BadRange>,
@@ -309,6 +315,10 @@ impl Superblock {
             132,
             u16::try_from(self.bad_ranges.len()).expect("bad ranges fit u16"),
         );
+        w.u8(134, self.scrub_rate_percent);
+        w.u32(136, self.rebuild_latency_target_us);
+        w.u8(140, u8::from(self.journal_covering));
+        w.u64(144, self.journal_floor_sequence);
         w.bytes(192, self.name.as_bytes());
         for (i, record) in self.members.iter().enumerate() {
             let at = MEMBER_TABLE_OFFSET + i * MEMBER_RECORD_BYTES;
@@ -376,6 +386,12 @@ impl Superblock {
             return Err(SuperblockError::Invalid("scrub_rate_percent"));
         }
         let rebuild_latency_target_us = r.u32(136);
+        let journal_covering = match r.u8(140) {
+            0 => false,
+            1 => true,
+            _ => return Err(SuperblockError::Invalid("journal_covering")),
+        };
+        let journal_floor_sequence = r.u64(144);
         let record_count = usize::from(r.u8(131));
         if record_count > MAX_MEMBER_RECORDS {
             return Err(SuperblockError::Invalid("member_records"));
@@ -453,6 +469,8 @@ impl Superblock {
             rebuild_rate_percent,
             scrub_rate_percent,
             rebuild_latency_target_us,
+            journal_covering,
+            journal_floor_sequence,
             name,
             members,
             bad_ranges,
@@ -630,6 +648,8 @@ mod tests {
             rebuild_rate_percent: 30,
             scrub_rate_percent: 30,
             rebuild_latency_target_us: 0,
+            journal_covering: true,
+            journal_floor_sequence: 17,
             name: "dg".into(),
             members: (1..=3)
                 .map(|n| MemberRecord {

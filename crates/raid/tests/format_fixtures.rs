@@ -45,6 +45,8 @@ fn v1_superblock() -> Superblock {
         // Fields added after version 1's first images: zero there, which reads as defaults.
         scrub_rate_percent: 0,
         rebuild_latency_target_us: 0,
+        journal_covering: false,
+        journal_floor_sequence: 0,
         name: "fixture-dg".into(),
         members: vec![
             member(1, Some(0), MemberRecordState::Active, 0),

@@ -440,6 +440,19 @@ impl Engine {
     }
 
     fn pump_resync(&mut self) -> bool {
+        if self.members.group_state(&self.geometry) == super::GroupState::Failed {
+            // Nothing can be resynced without enough members; the regions stay unsynced in the
+            // bitmap and the next assembly with enough members resyncs them. Walking them anyway
+            // would fail every stripe at once, which on a large group is millions of steps.
+            let Some(cursor) = &self.background.resync else {
+                return false;
+            };
+            if cursor.current.is_some_and(|(.., in_flight)| in_flight > 0) {
+                return false;
+            }
+            self.background.resync = None;
+            return true;
+        }
         let mut progressed = false;
         loop {
             let Some(cursor) = self.background.resync.as_mut() else {
@@ -512,8 +525,11 @@ impl Engine {
 
     /// When paced background work may next start (for `next_deadline_us`).
     pub(super) fn background_deadline(&self) -> Option<u64> {
+        // A window that already ended is not a reason to wake: pacing rolls it over whenever
+        // it is consulted, so only a future window can be what holds background work back.
         (self.background.rebuild.is_some() || self.background.scrub.is_some())
             .then(|| self.background.pacer.next_window_us())
+            .filter(|&at| at > self.now_us)
     }
 
     /// Starts a scrub of every written stripe.

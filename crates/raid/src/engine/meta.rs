@@ -116,6 +116,7 @@ enum StartStep {
     FormatBitmap,
     WriteSuperblock,
     LoadBitmap,
+    ReplayJournal,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,6 +207,8 @@ impl Engine {
             rebuild_rate_percent: spec.rebuild_rate_percent.clamp(1, 100),
             scrub_rate_percent: 30,
             rebuild_latency_target_us: 0,
+            journal_covering: false,
+            journal_floor_sequence: 0,
             name: spec.name,
             members: records,
             bad_ranges: Vec::new(),
@@ -272,6 +275,12 @@ impl Engine {
             engine.request_superblock_update();
         }
         engine.startup.steps.push_back(StartStep::LoadBitmap);
+        if engine.superblock.journal_covering
+            && !engine.superblock.clean
+            && engine.geometry.parity_chunks() > 0
+        {
+            engine.startup.steps.push_back(StartStep::ReplayJournal);
+        }
         engine.pump();
         Ok((engine, mapping))
     }
@@ -326,6 +335,12 @@ impl Engine {
             ops: Slab::new(),
             locks: StripeLocks::default(),
             regions,
+            journal: super::journal::Journal::new(
+                superblock.journal_offset_bytes,
+                superblock.journal_bytes,
+                superblock.journal_floor_sequence,
+                superblock.journal_covering && geometry.parity_chunks() > 0,
+            ),
             meta: MetaWriter::default(),
             flushes: Slab::new(),
             background: Background::default(),
@@ -405,8 +420,18 @@ impl Engine {
                 self.startup.running = Some((step, 0));
                 self.start_bitmap_load();
             }
+            StartStep::ReplayJournal => {
+                self.startup.running = Some((step, 0));
+                self.start_journal_replay();
+            }
         }
         true
+    }
+
+    /// Replay finished: its superblock (the new journal floor) is written before I/O is served.
+    pub(super) fn startup_after_replay(&mut self) {
+        self.startup.steps.push_front(StartStep::WriteSuperblock);
+        self.startup_step_done();
     }
 
     pub(super) fn startup_step_done(&mut self) {
@@ -630,6 +655,8 @@ impl Engine {
                     return false;
                 }
                 self.superblock.clean = true;
+                // Every batch is retired: none may be replayed at the next assembly.
+                self.superblock.journal_floor_sequence = self.journal.next_sequence;
                 let generation = self.request_superblock_update();
                 self.startup.shutdown = Some(Shutdown::MarkingClean { generation });
                 true

@@ -8,16 +8,19 @@
 mod background;
 mod compute;
 mod host;
+mod journal;
 mod locks;
 mod members;
 mod meta;
 mod regions;
+mod replay;
 mod scrub;
 mod slab;
 mod stripe;
 mod types;
 
 pub use background::ScrubResult;
+pub use journal::JournalStatus;
 pub use meta::{AssembleError, CreateSpec, DeviceProbe};
 pub use scrub::ScrubStats;
 pub use types::{
@@ -73,6 +76,16 @@ enum Owner {
     Superblock,
     /// A flush of every data member (host or internal).
     Flush { flush: Key },
+    /// Writing or flushing one copy of a journal batch.
+    Journal { sequence: u64, flush: bool },
+    /// Reading a window of a member's journal area during replay.
+    JournalScan {
+        member: usize,
+        offset_bytes: u64,
+        buffer: BufferId,
+    },
+    /// Reading a batch to replay, or writing one of its blocks in place.
+    JournalReplay { write: bool },
 }
 
 struct InFlight {
@@ -151,6 +164,11 @@ pub struct Counters {
     pub rebuilt_bytes: u64,
     pub resynced_stripes: u64,
     pub scrubbed_bytes: u64,
+    pub journal_batches: u64,
+    pub journal_entries: u64,
+    /// Bytes written to journal areas, every copy counted.
+    pub journal_bytes: u64,
+    pub journal_replayed_entries: u64,
 }
 
 /// A point-in-time view of the group for operators and tests.
@@ -165,6 +183,7 @@ pub struct GroupStatus {
     pub dirty_regions: u64,
     pub counters: Counters,
     pub generation: u64,
+    pub journal: JournalStatus,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,6 +223,7 @@ pub struct Engine {
     ops: Slab<StripeOp>,
     locks: StripeLocks,
     regions: Regions,
+    journal: journal::Journal,
     meta: meta::MetaWriter,
     flushes: Slab<FlushOp>,
     background: background::Background,
@@ -286,6 +306,7 @@ impl Engine {
             && self.deferred.is_empty()
             && self.flushes.len() == 0
             && self.parked.is_empty()
+            && self.journal.is_idle()
     }
 
     /// Whether background work (rebuild, resync, region clean-up) is still pending.
@@ -388,6 +409,7 @@ impl Engine {
             dirty_regions: self.regions.dirty_count(),
             counters: self.counters,
             generation: self.superblock.generation,
+            journal: self.journal_status(),
         }
     }
 
@@ -456,6 +478,15 @@ impl Engine {
             Owner::ZeroFill { region } => self.zero_fill_done(region),
             Owner::Superblock => self.superblock_io_done(),
             Owner::Flush { flush } => self.flush_io_done(flush),
+            Owner::Journal { sequence, flush } => {
+                self.journal_io_done(sequence, flush, entry.member, result)
+            }
+            Owner::JournalScan {
+                member,
+                offset_bytes,
+                buffer,
+            } => self.journal_scan_done(member, offset_bytes, buffer, result),
+            Owner::JournalReplay { write } => self.journal_replay_io_done(write, result),
         }
         self.pump();
     }
@@ -685,7 +716,7 @@ impl Engine {
     fn pump(&mut self) {
         let mut rounds = 0u32;
         loop {
-            let mut progressed = [false; 11];
+            let mut progressed = [false; 12];
             while let Some(op) = self.ready.pop_front() {
                 self.advance_op(op);
                 progressed[0] = true;
@@ -700,6 +731,7 @@ impl Engine {
             progressed[8] = self.release_parked();
             progressed[9] = self.retry_memory_waiters();
             progressed[10] = self.pump_stop();
+            progressed[11] = self.pump_journal();
             if !progressed.iter().any(|&p| p) {
                 break;
             }
@@ -924,7 +956,9 @@ impl Engine {
     fn flush_finished(&mut self, key: Key) {
         let flush = self.flushes.remove(key).expect("live flush");
         if flush.only_members.is_none() {
-            self.regions.flush_epoch_done(flush.epoch);
+            self.regions.finish_flush_epoch(flush.epoch);
+            self.journal_flush_done(flush.epoch);
+            self.replay_flush_done();
         }
         if let Some(request) = flush.request {
             let failed = self.members.group_state(&self.geometry) == GroupState::Failed;

@@ -74,6 +74,7 @@ pub(crate) struct Regions {
     flush_epoch_started: u64,
     flush_epoch_done: u64,
     internal_flush_running: bool,
+    guessed: bool,
     loading: Option<(u32, Vec<Option<Loaded>>)>,
 }
 
@@ -109,6 +110,7 @@ impl Regions {
             flush_epoch_started: 0,
             flush_epoch_done: 0,
             internal_flush_running: false,
+            guessed: false,
             loading: None,
         }
     }
@@ -213,7 +215,27 @@ impl Regions {
         self.flush_epoch_started
     }
 
-    pub(crate) fn flush_epoch_done(&mut self, epoch: u64) {
+    /// The newest flush epoch handed out.
+    pub(crate) fn flush_epoch_started(&self) -> u64 {
+        self.flush_epoch_started
+    }
+
+    /// The newest flush epoch finished.
+    pub(crate) fn flush_epoch_done(&self) -> u64 {
+        self.flush_epoch_done
+    }
+
+    pub(crate) fn unsynced_count(&self) -> u64 {
+        self.unsynced.count_ones()
+    }
+
+    /// Whether a bitmap block had no valid copy at load (its regions were assumed written and
+    /// dirty).
+    pub(crate) fn bitmap_guessed(&self) -> bool {
+        self.guessed
+    }
+
+    pub(crate) fn finish_flush_epoch(&mut self, epoch: u64) {
         self.flush_epoch_done = self.flush_epoch_done.max(epoch);
         self.internal_flush_running = false;
     }
@@ -468,6 +490,10 @@ impl Engine {
             // region that reads as zeroes, never a half-zeroed region trusted as written.
             if !self.regions.durably_unwritten(region) {
                 self.regions.needs_write.insert(bitmap::block_of(region));
+                continue;
+            }
+            // Nor may journal replay write old contents into it after it is reused.
+            if !self.journal_region_clear(region) {
                 continue;
             }
             self.start_zero_fill(region);
@@ -725,6 +751,7 @@ impl Engine {
                 None => {
                     // No valid copy anywhere: assume every region written and dirty, the safe
                     // direction (resync rather than trust).
+                    self.regions.guessed = true;
                     let first = u64::from(block) * REGIONS_PER_BLOCK;
                     let last = (first + REGIONS_PER_BLOCK).min(self.regions.count);
                     for region in first..last {

@@ -87,6 +87,8 @@ pub(crate) enum Stage {
     Plan,
     Reading,
     Compute,
+    /// Waiting for the op's journal entry to be durable before writing in place.
+    Journal,
     Writing,
     Done,
 }
@@ -157,6 +159,20 @@ pub(crate) struct StripeOp {
     /// A rebuild that lost data beyond redundancy is zeroing the lost chunks and making parity
     /// agree with what is left, so the stripe's redundancy stays usable for the rest.
     pub(super) salvaging: bool,
+    /// Member writes computed but held back until the journal entry is durable.
+    pub(super) hold_writes: bool,
+    pub(super) held_writes: Vec<(usize, MemberOp)>,
+    /// The update as journal entry writes: column, offset within the chunk, contents.
+    pub(super) journal_writes: Vec<(Column, u64, BufferSlice)>,
+    /// A write of every data chunk whole (journaled as an intent, without contents).
+    pub(super) full_stripe: bool,
+    /// The batch holding this op's entry, and whether it is durable.
+    pub(super) journal_sequence: Option<u64>,
+    pub(super) journal_committed: bool,
+    /// A parity write that went out without a journal entry.
+    pub(super) unjournaled: bool,
+    /// A resync run by journal replay (not by background resync).
+    pub(super) journal_replay: bool,
 }
 
 impl StripeOp {
@@ -177,6 +193,14 @@ impl StripeOp {
             lost_mask: 0,
             skipped: false,
             salvaging: false,
+            hold_writes: false,
+            held_writes: Vec::new(),
+            journal_writes: Vec::new(),
+            full_stripe: false,
+            journal_sequence: None,
+            journal_committed: false,
+            unjournaled: false,
+            journal_replay: false,
         }
     }
 
@@ -323,6 +347,19 @@ impl Engine {
                         return true;
                     }
                 }
+                Stage::Plan
+                    if matches!(op.kind, Kind::Write { .. })
+                        && self.journal_blocks_partial(
+                            id,
+                            op.stripe,
+                            op.covers_full_stripe(
+                                self.geometry.data_chunks(),
+                                self.geometry.chunk_bytes(),
+                            ),
+                        ) =>
+                {
+                    return true;
+                }
                 Stage::Plan => match self.plan_op(id, op) {
                     Planned::Go => op.stage = Stage::Reading,
                     Planned::NoMemory => {
@@ -359,8 +396,29 @@ impl Engine {
                     }
                 }
                 Stage::Compute => {
+                    let is_write = matches!(op.kind, Kind::Write { .. });
+                    op.hold_writes = self.journal_takes(is_write);
                     self.compute_op(id, op);
-                    op.stage = Stage::Writing;
+                    if op.hold_writes && !op.held_writes.is_empty() {
+                        let writes = std::mem::take(&mut op.journal_writes);
+                        self.journal_append(id, op.stripe, op.region, op.full_stripe, writes);
+                        op.stage = Stage::Journal;
+                    } else {
+                        op.hold_writes = false;
+                        op.journal_writes.clear();
+                        if is_write && self.geometry.parity_chunks() > 0 && op.written_members != 0
+                        {
+                            op.unjournaled = true;
+                            self.journal.unjournaled_writes += 1;
+                        }
+                        op.stage = Stage::Writing;
+                    }
+                }
+                Stage::Journal => {
+                    if !op.journal_committed {
+                        return true;
+                    }
+                    self.release_held_writes(id, op);
                 }
                 Stage::Writing => {
                     if op.pending_io > 0 {
@@ -427,6 +485,10 @@ impl Engine {
         };
         if matches!(command, MemberOp::Write { .. }) {
             op.written_members |= 1 << member;
+            if op.hold_writes {
+                op.held_writes.push((member, command));
+                return;
+            }
         }
         op.pending_io += 1;
         self.issue(member, command, Owner::Stripe { op: id, purpose });
@@ -1005,6 +1067,7 @@ impl Engine {
         let fragments = fragments.clone();
         let work = std::mem::replace(&mut op.work, Work::None);
         let mut parity_writes: Vec<(usize, BufferSlice, u64)> = Vec::new();
+        let mut full_stripe = false;
         if let Work::ParityWrite {
             strategy,
             range,
@@ -1015,6 +1078,8 @@ impl Engine {
         } = work
         {
             let data_chunks = self.geometry.data_chunks();
+            full_stripe = range.len() == self.geometry.chunk_bytes()
+                && op.covers_full_stripe(data_chunks, self.geometry.chunk_bytes());
             match strategy {
                 WriteStrategy::DataOnly => {}
                 WriteStrategy::ReconstructWrite | WriteStrategy::RecoverThenWrite => {
@@ -1099,6 +1164,18 @@ impl Engine {
                     }
                 }
             }
+        }
+        if op.hold_writes {
+            op.journal_writes = fragments
+                .iter()
+                .map(|f| (Column::Data(f.index), f.range.start_bytes, f.buffer))
+                .chain(
+                    parity_writes
+                        .iter()
+                        .map(|&(which, buffer, start)| (Column::Parity(which), start, buffer)),
+                )
+                .collect();
+            op.full_stripe = full_stripe;
         }
         for fragment in &fragments {
             for (member, offset) in self.column_writers(op.stripe, Column::Data(fragment.index)) {
@@ -1414,6 +1491,12 @@ impl Engine {
 
     fn finish_op(&mut self, id: OpId, op: &mut StripeOp) {
         self.free_scratch(op);
+        if let Some(sequence) = op.journal_sequence.take() {
+            self.journal_op_done(sequence);
+        }
+        if std::mem::take(&mut op.unjournaled) {
+            self.journal.unjournaled_writes -= 1;
+        }
         let failed = self.members.group_state(&self.geometry) == GroupState::Failed;
         let result = if op.lost_data || failed {
             Err(HostError::Io)
@@ -1457,6 +1540,7 @@ impl Engine {
                 }
             }
             Kind::Rebuild { row, .. } => self.rebuild_step_done(row),
+            Kind::Resync if op.journal_replay => self.replay_resync_done(),
             Kind::Resync => self.resync_step_done(op.skipped),
             Kind::Scrub { .. } => self.scrub_step_done(op.lost_data),
         }

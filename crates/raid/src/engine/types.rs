@@ -156,6 +156,9 @@ pub enum GroupEvent {
     Started,
     /// A scrub ended.
     ScrubFinished(crate::engine::ScrubResult),
+    /// The journal was replayed at assembly; `complete` is false when some of it could not be
+    /// read or applied (the group then falls back to resync).
+    JournalReplayed { entries: u64, complete: bool },
 }
 
 /// Why a member failed.

@@ -1,0 +1,779 @@
+//! The write journal at run time: stripe updates are recorded in batches (group commit) on
+//! several members before their in-place writes go out, and retired once a flush has made
+//! those in-place writes durable. Also when journaling starts and stops (`Coverage`).
+//!
+//! What is journaled and why it is safe is in `docs/fault-model.md`; the batch format is in
+//! `crate::journal`; replay after a crash is in `replay.rs`.
+
+use super::stripe::Stage;
+use super::{Engine, GroupState, MemberError, MemberOp, OpId, Owner};
+use crate::geometry::Column;
+use crate::journal::{self as format, BATCH_ALIGN_BYTES, EntryDescriptor, EntryKind};
+use crate::layout::min_journal_bytes;
+use crate::superblock::JournalMode;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use tessera_buffer::{BufferId, BufferSlice};
+
+/// Batches being written at once; while they are, new entries gather into the next batch.
+const MAX_BATCHES_IN_FLIGHT: usize = 2;
+
+/// One member's journal area, used as a ring of batches.
+#[derive(Default)]
+pub(crate) struct Ring {
+    head_bytes: u64,
+    /// Batches whose bytes must stay (not yet below the durable retirement point), oldest first.
+    live: VecDeque<(u64, u64, u64)>,
+}
+
+impl Ring {
+    /// Where a batch of `len` bytes (plus `reserve` bytes kept free behind it) would go.
+    pub(crate) fn place(&self, ring_bytes: u64, len: u64, reserve: u64) -> Option<u64> {
+        let need = len + reserve;
+        let Some(&(_, tail, _)) = self.live.front() else {
+            return (need <= ring_bytes).then_some(0);
+        };
+        let head = self.head_bytes;
+        if head > tail {
+            if head + need <= ring_bytes {
+                Some(head)
+            } else if need <= tail {
+                Some(0)
+            } else {
+                None
+            }
+        } else if head + need <= tail && need > 0 {
+            Some(head)
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn push(&mut self, ring_bytes: u64, sequence: u64, start: u64, len: u64) {
+        self.live.push_back((sequence, start, len));
+        self.head_bytes = start + len;
+        if self.head_bytes == ring_bytes {
+            self.head_bytes = 0;
+        }
+    }
+
+    /// Frees the space of batches below `below`.
+    pub(crate) fn reclaim(&mut self, below: u64) {
+        while self
+            .live
+            .front()
+            .is_some_and(|&(sequence, _, _)| sequence < below)
+        {
+            self.live.pop_front();
+        }
+        if self.live.is_empty() {
+            self.head_bytes = 0;
+        }
+    }
+
+    pub(crate) fn used_bytes(&self) -> u64 {
+        self.live.iter().map(|&(_, _, len)| len).sum()
+    }
+}
+
+/// An entry waiting to be sealed into a batch.
+struct OpenEntry {
+    op: OpId,
+    descriptor: EntryDescriptor,
+    payload: Vec<BufferSlice>,
+    region: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BatchStage {
+    /// Copies being written and flushed.
+    Committing,
+    /// Durable; the ops' in-place writes are under way.
+    Durable,
+    /// Every in-place write finished; retired by the first full flush started after
+    /// `done_epoch`.
+    Done { done_epoch: u64 },
+}
+
+struct BatchState {
+    stage: BatchStage,
+    ops: Vec<OpId>,
+    ops_left: u32,
+    buffer: Option<BufferId>,
+    /// Copy I/O outstanding (each copy: a write, then a flush).
+    pending_io: u32,
+    copies_ok: u32,
+    carried_retired_below: u64,
+    intents: Vec<u64>,
+}
+
+/// Whether every stripe update is journaled, as recorded in the superblock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Coverage {
+    Off,
+    /// New writes are journaled; waiting for unjournaled ones to finish and be flushed, and for
+    /// any resync to end.
+    Draining {
+        floor: u64,
+        flush_epoch: Option<u64>,
+    },
+    /// The superblock generation saying "covering" is being written.
+    Recording {
+        generation: u64,
+    },
+    On,
+    /// The superblock is being told coverage ends; writes stay journaled until it is durable.
+    Ending {
+        generation: u64,
+    },
+}
+
+pub(crate) struct Journal {
+    pub(crate) offset_bytes: u64,
+    pub(crate) ring_bytes: u64,
+    rings: Vec<Ring>,
+    pub(crate) next_sequence: u64,
+    rotation: usize,
+    open: VecDeque<OpenEntry>,
+    batches: BTreeMap<u64, BatchState>,
+    committing: usize,
+    /// The retirement point carried by a durable batch (or the superblock floor): replay never
+    /// goes below it, so the space of batches under it may be reused.
+    pub(crate) durable_retired_below: u64,
+    /// Full-stripe writes not yet retired, by stripe.
+    intents: HashMap<u64, u64>,
+    /// The newest batch touching each region, until it is below the durable retirement point.
+    region_sequences: HashMap<u64, u64>,
+    /// Partial writes waiting for a full-stripe write on their stripe to retire.
+    intent_waiters: Vec<OpId>,
+    /// New stripe updates are journaled.
+    pub(crate) active: bool,
+    pub(crate) coverage: Coverage,
+    /// Parity writes in flight that were not journaled.
+    pub(crate) unjournaled_writes: u32,
+    /// A batch could not be placed: retire what can be retired and write a checkpoint.
+    space_wanted: bool,
+    /// A zero-fill waits for its region's entries to fall below the durable retirement point.
+    checkpoint_wanted: bool,
+    flush_running: bool,
+    /// A superblock generation being written to record a retirement point.
+    checkpoint: Option<(u64, u64)>,
+    pub(crate) replay: Option<super::replay::Replay>,
+}
+
+/// What operators see of the journal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JournalStatus {
+    pub mode: JournalMode,
+    /// New writes are being journaled.
+    pub active: bool,
+    /// The superblock vouches that the journal holds every stripe update since its floor.
+    pub covering: bool,
+    pub ring_bytes: u64,
+    /// Bytes of the busiest member's ring holding unretired batches.
+    pub used_bytes: u64,
+    pub unretired_batches: u64,
+}
+
+impl Journal {
+    pub(crate) fn new(offset_bytes: u64, ring_bytes: u64, floor: u64, covering: bool) -> Journal {
+        Journal {
+            offset_bytes,
+            ring_bytes,
+            rings: Vec::new(),
+            next_sequence: floor,
+            rotation: 0,
+            open: VecDeque::new(),
+            batches: BTreeMap::new(),
+            committing: 0,
+            durable_retired_below: floor,
+            intents: HashMap::new(),
+            region_sequences: HashMap::new(),
+            intent_waiters: Vec::new(),
+            active: covering,
+            coverage: if covering {
+                Coverage::On
+            } else {
+                Coverage::Off
+            },
+            unjournaled_writes: 0,
+            space_wanted: false,
+            checkpoint_wanted: false,
+            flush_running: false,
+            checkpoint: None,
+            replay: None,
+        }
+    }
+
+    /// Every batch below this sequence number is retired (in memory).
+    pub(crate) fn retired_below(&self) -> u64 {
+        self.batches
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(self.next_sequence)
+    }
+
+    fn ring(&mut self, member: usize) -> &mut Ring {
+        if self.rings.len() <= member {
+            self.rings.resize_with(member + 1, Ring::default);
+        }
+        &mut self.rings[member]
+    }
+
+    /// Whether a full-stripe write on `stripe` awaits retirement.
+    pub(crate) fn has_intent(&self, stripe: u64) -> bool {
+        self.intents.contains_key(&stripe)
+    }
+
+    /// Whether no entry above the durable retirement point touches `region` (so replay cannot
+    /// write into it).
+    pub(crate) fn region_clear(&self, region: u64) -> bool {
+        self.region_sequences
+            .get(&region)
+            .is_none_or(|&sequence| sequence < self.durable_retired_below)
+    }
+
+    pub(crate) fn is_idle(&self) -> bool {
+        self.open.is_empty() && self.committing == 0
+    }
+}
+
+impl Engine {
+    /// Whether stripe updates should be journaled now, by mode and group state.
+    fn journal_desired(&self) -> bool {
+        if self.geometry.parity_chunks() == 0 || !self.journal_fits() {
+            return false;
+        }
+        match self.superblock.journal_mode {
+            JournalMode::AlwaysOff => false,
+            JournalMode::AlwaysOn => true,
+            JournalMode::DegradeOnly => matches!(
+                self.members.group_state(&self.geometry),
+                GroupState::Degraded | GroupState::Rebuilding
+            ),
+        }
+    }
+
+    /// Whether the journal area can hold the largest batch twice over.
+    fn journal_fits(&self) -> bool {
+        self.journal.ring_bytes
+            >= min_journal_bytes(self.geometry.members(), self.geometry.chunk_bytes())
+    }
+
+    /// Sets the journal mode (persisted with the next superblock write).
+    pub fn set_journal_mode(&mut self, mode: JournalMode) -> Result<(), super::AdminError> {
+        if mode != JournalMode::AlwaysOff
+            && self.geometry.parity_chunks() > 0
+            && !self.journal_fits()
+        {
+            return Err(super::AdminError::BadValue(
+                "the journal area of this group is too small for its stripe size",
+            ));
+        }
+        self.superblock.journal_mode = mode;
+        self.request_superblock_update();
+        self.pump();
+        Ok(())
+    }
+
+    pub fn journal_status(&self) -> JournalStatus {
+        JournalStatus {
+            mode: self.superblock.journal_mode,
+            active: self.journal.active,
+            covering: self.superblock.journal_covering,
+            ring_bytes: self.journal.ring_bytes,
+            used_bytes: self
+                .journal
+                .rings
+                .iter()
+                .map(Ring::used_bytes)
+                .max()
+                .unwrap_or(0),
+            unretired_batches: self.journal.batches.len() as u64,
+        }
+    }
+
+    /// Whether a power cut now would be followed by a replay that leaves every stripe
+    /// consistent (coverage recorded durably).
+    pub fn journal_covering(&self) -> bool {
+        self.journal.coverage == Coverage::On
+    }
+
+    /// Whether replay could write into `region` (asking for the retirement point to be
+    /// recorded when it could).
+    pub(super) fn journal_region_clear(&mut self, region: u64) -> bool {
+        if self.journal.region_clear(region) {
+            return true;
+        }
+        self.journal.checkpoint_wanted = true;
+        false
+    }
+
+    /// Whether this op's update goes through the journal.
+    pub(super) fn journal_takes(&self, kind_is_write: bool) -> bool {
+        kind_is_write && self.journal.active && self.geometry.parity_chunks() > 0
+    }
+
+    /// A partial write must not start on a stripe whose full-stripe write is not retired: its
+    /// redo entry would be computed over data that a crash could still tear.
+    pub(super) fn journal_blocks_partial(&mut self, id: OpId, stripe: u64, full: bool) -> bool {
+        if full || !self.journal.has_intent(stripe) {
+            return false;
+        }
+        self.journal.intent_waiters.push(id);
+        true
+    }
+
+    /// Queues the op's entry for the next batch.
+    pub(super) fn journal_append(
+        &mut self,
+        op: OpId,
+        stripe: u64,
+        region: u64,
+        intent: bool,
+        writes: Vec<(Column, u64, BufferSlice)>,
+    ) {
+        let descriptor = EntryDescriptor {
+            kind: if intent {
+                EntryKind::Intent
+            } else {
+                EntryKind::Redo
+            },
+            stripe,
+            writes: writes
+                .iter()
+                .map(|&(column, within_bytes, buffer)| format::WriteDescriptor {
+                    column,
+                    within_bytes,
+                    len_bytes: buffer.len() as u64,
+                })
+                .collect(),
+        };
+        let payload = if intent {
+            Vec::new()
+        } else {
+            writes.iter().map(|&(_, _, buffer)| buffer).collect()
+        };
+        self.journal.open.push_back(OpenEntry {
+            op,
+            descriptor,
+            payload,
+            region,
+        });
+    }
+
+    /// Largest batch sealed from several entries (a single entry may exceed it).
+    fn batch_cap_bytes(&self) -> u64 {
+        let reserve = (self.pool.capacity_bytes() / 16) as u64;
+        (self.journal.ring_bytes / 4)
+            .min(reserve)
+            .max(BATCH_ALIGN_BYTES)
+    }
+
+    /// Seals and writes batches, starts flushes that retire entries, writes checkpoints, and
+    /// moves coverage along.
+    pub(super) fn pump_journal(&mut self) -> bool {
+        if self.journal.replay.is_some() {
+            return false;
+        }
+        let mut progressed = self.pump_coverage();
+        progressed |= self.checkpoint_durable();
+        while self.journal.committing < MAX_BATCHES_IN_FLIGHT && !self.journal.open.is_empty() {
+            if !self.seal_batch() {
+                break;
+            }
+            progressed = true;
+        }
+        let waiting = self.journal.space_wanted
+            || self.journal.checkpoint_wanted
+            || !self.journal.intent_waiters.is_empty();
+        let pressure = self
+            .journal
+            .rings
+            .iter()
+            .any(|ring| ring.used_bytes() * 2 > self.journal.ring_bytes);
+        let done_unretired = self
+            .journal
+            .batches
+            .values()
+            .any(|batch| matches!(batch.stage, BatchStage::Done { .. }));
+        if (waiting || pressure) && done_unretired && !self.journal.flush_running {
+            self.journal.flush_running = true;
+            self.start_flush(None, None);
+            progressed = true;
+        }
+        if (self.journal.space_wanted || self.journal.checkpoint_wanted)
+            && !self.journal.flush_running
+        {
+            if self.journal.retired_below() > self.journal.durable_retired_below {
+                if self.write_checkpoint() {
+                    progressed = true;
+                }
+            } else if !done_unretired {
+                self.journal.checkpoint_wanted = false;
+                self.journal.space_wanted = false;
+            }
+        }
+        progressed
+    }
+
+    fn pump_coverage(&mut self) -> bool {
+        if self.phase != super::Phase::Running && self.phase != super::Phase::Stopping {
+            return false;
+        }
+        let desired = self.journal_desired();
+        match self.journal.coverage {
+            Coverage::Off => {
+                if !desired {
+                    return false;
+                }
+                self.journal.active = true;
+                self.journal.coverage = Coverage::Draining {
+                    floor: self.journal.next_sequence,
+                    flush_epoch: None,
+                };
+                true
+            }
+            Coverage::Draining { floor, flush_epoch } => {
+                if !desired {
+                    self.journal.active = false;
+                    self.journal.coverage = Coverage::Off;
+                    return true;
+                }
+                if self.journal.unjournaled_writes > 0
+                    || self.background.resync_pending()
+                    || self.regions.unsynced_count() > 0
+                {
+                    return false;
+                }
+                match flush_epoch {
+                    None => {
+                        let key = self.start_flush(None, None);
+                        let epoch = self.flushes.get(key).expect("new flush").epoch;
+                        self.journal.coverage = Coverage::Draining {
+                            floor,
+                            flush_epoch: Some(epoch),
+                        };
+                        true
+                    }
+                    Some(epoch) if self.regions.flush_epoch_done() >= epoch => {
+                        self.superblock.journal_covering = true;
+                        self.superblock.journal_floor_sequence =
+                            self.superblock.journal_floor_sequence.max(floor);
+                        let generation = self.request_superblock_update();
+                        self.journal.coverage = Coverage::Recording { generation };
+                        true
+                    }
+                    Some(_) => false,
+                }
+            }
+            Coverage::Recording { generation } => {
+                if self.meta.durable_generation < generation {
+                    return false;
+                }
+                self.journal.coverage = Coverage::On;
+                true
+            }
+            Coverage::On => {
+                if desired {
+                    return false;
+                }
+                self.superblock.journal_covering = false;
+                let generation = self.request_superblock_update();
+                self.journal.coverage = Coverage::Ending { generation };
+                true
+            }
+            Coverage::Ending { generation } => {
+                if self.meta.durable_generation < generation {
+                    return false;
+                }
+                self.journal.active = false;
+                self.journal.coverage = Coverage::Off;
+                true
+            }
+        }
+    }
+
+    /// Members for the copies of a batch of `len` bytes, with where it goes on each; `None`
+    /// when too few have room.
+    fn place_batch(&mut self, len: u64, reserve: u64) -> Option<Vec<(usize, u64)>> {
+        let eligible = self.members.data_members();
+        if eligible.is_empty() {
+            return None;
+        }
+        let copies = (self.geometry.parity_chunks() + 1).min(eligible.len());
+        let ring_bytes = self.journal.ring_bytes;
+        let mut chosen = Vec::new();
+        for step in 0..eligible.len() {
+            let member = eligible[(self.journal.rotation + step) % eligible.len()];
+            if let Some(start) = self.journal.ring(member).place(ring_bytes, len, reserve) {
+                chosen.push((member, start));
+                if chosen.len() == copies {
+                    break;
+                }
+            }
+        }
+        if chosen.len() < copies {
+            return None;
+        }
+        self.journal.rotation = (self.journal.rotation + 1) % eligible.len();
+        Some(chosen)
+    }
+
+    /// Seals the oldest open entries into a batch and starts writing it. False when it must
+    /// wait (ring space or memory).
+    fn seal_batch(&mut self) -> bool {
+        let cap = self.batch_cap_bytes();
+        let mut count = 0;
+        let mut estimate = (format::HEADER_BYTES + 512) as u64;
+        let mut descriptors = Vec::new();
+        for entry in &self.journal.open {
+            estimate += format::entry_cost_bytes(&entry.descriptor);
+            if count > 0 && estimate > cap {
+                break;
+            }
+            descriptors.push(entry.descriptor.clone());
+            count += 1;
+        }
+        let total = format::batch_bytes(&descriptors);
+        let Some(places) = self.place_batch(total, 0) else {
+            self.journal.space_wanted = true;
+            return false;
+        };
+        let Some(buffer) = self.pool.alloc(total as usize) else {
+            return false;
+        };
+        let entries: Vec<OpenEntry> = self.journal.open.drain(..count).collect();
+        // Taken before this batch's number is handed out: the batch itself is not retired.
+        let retired_below = self.journal.retired_below();
+        let sequence = self.journal.next_sequence;
+        self.journal.next_sequence += 1;
+        let group_uuid = self.superblock.group_uuid;
+        {
+            let full = self.pool.full(buffer);
+            let mut access = self.pool.access();
+            let out = access.get_mut(full);
+            format::encode_batch(
+                out,
+                group_uuid,
+                sequence,
+                retired_below,
+                &descriptors,
+                |entry, write, bytes| {
+                    bytes.copy_from_slice(access.get(entries[entry].payload[write]))
+                },
+            );
+        }
+        let mut intents = Vec::new();
+        let mut ops = Vec::new();
+        for entry in &entries {
+            if entry.descriptor.kind == EntryKind::Intent {
+                intents.push(entry.descriptor.stripe);
+                self.journal
+                    .intents
+                    .insert(entry.descriptor.stripe, sequence);
+            }
+            self.journal.region_sequences.insert(entry.region, sequence);
+            ops.push(entry.op);
+            if let Some(op) = self.ops.get_mut(entry.op) {
+                op.journal_sequence = Some(sequence);
+            }
+        }
+        self.counters.journal_batches += 1;
+        self.counters.journal_entries += entries.len() as u64;
+        self.start_batch_io(sequence, buffer, &places);
+        self.journal.batches.insert(
+            sequence,
+            BatchState {
+                stage: BatchStage::Committing,
+                ops_left: u32::try_from(ops.len()).expect("ops fit u32"),
+                ops,
+                buffer: Some(buffer),
+                pending_io: u32::try_from(places.len()).expect("copies fit u32"),
+                copies_ok: 0,
+                carried_retired_below: retired_below,
+                intents,
+            },
+        );
+        self.journal.committing += 1;
+        true
+    }
+
+    fn start_batch_io(&mut self, sequence: u64, buffer: BufferId, places: &[(usize, u64)]) {
+        let ring_bytes = self.journal.ring_bytes;
+        let len = self.pool.len(buffer) as u64;
+        for &(member, start) in places {
+            self.journal
+                .ring(member)
+                .push(ring_bytes, sequence, start, len);
+            self.counters.journal_bytes += len;
+            let offset_bytes = self.journal.offset_bytes + start;
+            let slice = self.pool.full(buffer);
+            self.issue(
+                member,
+                MemberOp::Write {
+                    offset_bytes,
+                    buffer: slice,
+                },
+                Owner::Journal {
+                    sequence,
+                    flush: false,
+                },
+            );
+        }
+    }
+
+    /// Records the current retirement point in the superblock, so ring space below it can be
+    /// reused (and zero-fills may go ahead) even when no batch is written to carry it.
+    fn write_checkpoint(&mut self) -> bool {
+        if self.journal.checkpoint.is_some() {
+            return false;
+        }
+        let floor = self.journal.retired_below();
+        self.superblock.journal_floor_sequence = self.superblock.journal_floor_sequence.max(floor);
+        let generation = self.request_superblock_update();
+        self.journal.checkpoint = Some((generation, floor));
+        true
+    }
+
+    /// A checkpoint's superblock is durable: its floor is the durable retirement point.
+    fn checkpoint_durable(&mut self) -> bool {
+        let Some((generation, floor)) = self.journal.checkpoint else {
+            return false;
+        };
+        if self.meta.durable_generation < generation {
+            return false;
+        }
+        self.journal.checkpoint = None;
+        self.journal.space_wanted = false;
+        self.journal.checkpoint_wanted = false;
+        self.advance_durable_floor(floor);
+        true
+    }
+
+    fn advance_durable_floor(&mut self, floor: u64) {
+        if floor <= self.journal.durable_retired_below {
+            return;
+        }
+        self.journal.durable_retired_below = floor;
+        for ring in &mut self.journal.rings {
+            ring.reclaim(floor);
+        }
+        self.journal
+            .region_sequences
+            .retain(|_, &mut newest| newest >= floor);
+    }
+
+    /// Completion of a batch copy's write or flush.
+    pub(super) fn journal_io_done(
+        &mut self,
+        sequence: u64,
+        flush: bool,
+        member: usize,
+        result: Result<(), MemberError>,
+    ) {
+        if !flush && result.is_ok() && !self.members.list[member].is_failed() {
+            self.issue(
+                member,
+                MemberOp::Flush,
+                Owner::Journal {
+                    sequence,
+                    flush: true,
+                },
+            );
+            return;
+        }
+        let batch = self
+            .journal
+            .batches
+            .get_mut(&sequence)
+            .expect("batch in flight");
+        batch.pending_io -= 1;
+        if flush && result.is_ok() {
+            batch.copies_ok += 1;
+        }
+        if batch.pending_io == 0 {
+            self.batch_durable(sequence);
+        }
+    }
+
+    /// Every copy of a batch is written and flushed (or its member failed, which the group's
+    /// reduced redundancy accounts for): its ops may write in place.
+    fn batch_durable(&mut self, sequence: u64) {
+        self.journal.committing -= 1;
+        let batch = self
+            .journal
+            .batches
+            .get_mut(&sequence)
+            .expect("batch in flight");
+        batch.stage = BatchStage::Durable;
+        if let Some(buffer) = batch.buffer.take() {
+            self.pool.free(buffer);
+        }
+        let carried = batch.carried_retired_below;
+        let ops = batch.ops.clone();
+        let empty = batch.ops_left == 0;
+        if batch.copies_ok > 0 {
+            self.advance_durable_floor(carried);
+        }
+        if empty {
+            self.journal.batches.remove(&sequence);
+        }
+        for op in ops {
+            if let Some(entry) = self.ops.get_mut(op) {
+                entry.journal_committed = true;
+                self.ready.push_back(op);
+            }
+        }
+    }
+
+    /// An op's in-place writes finished.
+    pub(super) fn journal_op_done(&mut self, sequence: u64) {
+        let epoch = self.regions.flush_epoch_started();
+        let batch = self
+            .journal
+            .batches
+            .get_mut(&sequence)
+            .expect("an op's batch is live until the op finishes");
+        batch.ops_left -= 1;
+        if batch.ops_left == 0 {
+            batch.stage = BatchStage::Done { done_epoch: epoch };
+        }
+    }
+
+    /// A flush of every data member finished: batches done before it started are retired.
+    pub(super) fn journal_flush_done(&mut self, epoch: u64) {
+        self.journal.flush_running = false;
+        let retired: Vec<u64> = self
+            .journal
+            .batches
+            .iter()
+            .filter(|(_, batch)| {
+                matches!(batch.stage, BatchStage::Done { done_epoch } if done_epoch < epoch)
+            })
+            .map(|(&sequence, _)| sequence)
+            .collect();
+        for sequence in retired {
+            let batch = self.journal.batches.remove(&sequence).expect("listed");
+            for stripe in batch.intents {
+                if self.journal.intents.get(&stripe) == Some(&sequence) {
+                    self.journal.intents.remove(&stripe);
+                }
+            }
+        }
+        let waiters = std::mem::take(&mut self.journal.intent_waiters);
+        self.ready.extend(waiters);
+    }
+
+    /// Releases the writes an op held back while its entry was committed.
+    pub(super) fn release_held_writes(&mut self, id: OpId, op: &mut super::stripe::StripeOp) {
+        op.hold_writes = false;
+        for (member, command) in std::mem::take(&mut op.held_writes) {
+            if self.members.list[member].is_failed() {
+                continue;
+            }
+            self.op_issue(id, op, member, command);
+        }
+        op.stage = Stage::Writing;
+    }
+}

@@ -1,0 +1,452 @@
+//! Journal replay at assembly, before the group serves I/O: scan every present member's
+//! journal area for valid batches, redo the entries above the retirement point in sequence
+//! order, recompute the parity of stripes that had full-stripe writes in flight, flush, and
+//! only then trust the stripes (clear the regions awaiting resync).
+//!
+//! A crash during replay leaves the journal as it was (replay writes only data areas and the
+//! superblock floor comes last), so the next assembly replays again; redo is idempotent.
+
+use super::slab::Key;
+use super::stripe::{Kind, Stage, StripeOp};
+use super::{Engine, MemberError, MemberOp, Owner};
+use crate::geometry::Column;
+use crate::journal::{self as format, BATCH_ALIGN_BYTES, BatchError, EntryKind};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use tessera_buffer::BufferId;
+
+/// A batch found on the members: where its copies are.
+struct Found {
+    copies: Vec<(usize, u64)>,
+    total_bytes: u64,
+    intents: Vec<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReplayStage {
+    Scanning,
+    Applying,
+    Resyncing,
+    Flushing { epoch: u64 },
+}
+
+pub(crate) struct Replay {
+    stage: ReplayStage,
+    /// Scans in flight.
+    scans_pending: u32,
+    /// Windows waiting for buffer space: member and offset in its journal area.
+    scan_queue: VecDeque<(usize, u64)>,
+    found: BTreeMap<u64, Found>,
+    max_retired_below: u64,
+    /// A journal area could not be read, or a batch not applied: the stripes cannot be
+    /// trusted from the journal alone.
+    incomplete: bool,
+    queue: VecDeque<u64>,
+    /// The newest full-stripe write per stripe among the batches replayed.
+    last_intent: BTreeMap<u64, u64>,
+    /// The batch being applied: its sequence, which copy, the buffer, writes outstanding.
+    current: Option<(u64, usize, BufferId, u32)>,
+    resync_queue: VecDeque<u64>,
+    resync_in_flight: u32,
+    pub(crate) replayed_entries: u64,
+}
+
+impl Engine {
+    /// Bytes read from a journal area at once.
+    fn scan_window_bytes(&self) -> u64 {
+        let largest = (self.geometry.members() as u64 * self.geometry.chunk_bytes() + (8 << 10))
+            .div_ceil(BATCH_ALIGN_BYTES)
+            * BATCH_ALIGN_BYTES;
+        self.journal.ring_bytes.min(largest.max(1 << 20))
+    }
+
+    pub(super) fn start_journal_replay(&mut self) {
+        self.journal.replay = Some(Replay {
+            stage: ReplayStage::Scanning,
+            scans_pending: 0,
+            scan_queue: VecDeque::new(),
+            found: BTreeMap::new(),
+            max_retired_below: 0,
+            incomplete: false,
+            queue: VecDeque::new(),
+            last_intent: BTreeMap::new(),
+            current: None,
+            resync_queue: VecDeque::new(),
+            resync_in_flight: 0,
+            replayed_entries: 0,
+        });
+        let replay = self.journal.replay.as_mut().expect("replay");
+        for member in self.members.data_members() {
+            replay.scan_queue.push_back((member, 0));
+        }
+        self.pump_scans();
+        self.replay_step();
+    }
+
+    /// Reads queued windows while buffer space allows (members are scanned in parallel as far
+    /// as the pool lets them).
+    fn pump_scans(&mut self) {
+        while let Some(&(member, offset_bytes)) = self
+            .journal
+            .replay
+            .as_ref()
+            .and_then(|replay| replay.scan_queue.front())
+        {
+            let len = self
+                .scan_window_bytes()
+                .min(self.journal.ring_bytes - offset_bytes);
+            let Some(buffer) = self.pool.alloc(len as usize) else {
+                let replay = self.journal.replay.as_ref().expect("replay");
+                assert!(
+                    replay.scans_pending > 0,
+                    "a journal scan window fits the empty pool"
+                );
+                return;
+            };
+            self.journal
+                .replay
+                .as_mut()
+                .expect("replay")
+                .scan_queue
+                .pop_front();
+            self.scan_window(member, offset_bytes, buffer);
+        }
+    }
+
+    fn scan_window(&mut self, member: usize, offset_bytes: u64, buffer: BufferId) {
+        let slice = self.pool.full(buffer);
+        self.journal.replay.as_mut().expect("replay").scans_pending += 1;
+        self.issue(
+            member,
+            MemberOp::Read {
+                offset_bytes: self.journal.offset_bytes + offset_bytes,
+                buffer: slice,
+            },
+            Owner::JournalScan {
+                member,
+                offset_bytes,
+                buffer,
+            },
+        );
+    }
+
+    pub(super) fn journal_scan_done(
+        &mut self,
+        member: usize,
+        offset_bytes: u64,
+        buffer: BufferId,
+        result: Result<(), MemberError>,
+    ) {
+        let group_uuid = self.superblock.group_uuid;
+        let ring_bytes = self.journal.ring_bytes;
+        let mut next = None;
+        {
+            let bytes = self.pool.slice(buffer);
+            let replay = self.journal.replay.as_mut().expect("replay");
+            replay.scans_pending -= 1;
+            if result.is_err() {
+                replay.incomplete = true;
+            } else {
+                let len = bytes.len();
+                let at_ring_end = offset_bytes + len as u64 == ring_bytes;
+                let mut pos = 0usize;
+                while pos + format::HEADER_BYTES <= len {
+                    match format::decode_batch(&bytes[pos..], group_uuid) {
+                        Ok(batch) => {
+                            let found =
+                                replay
+                                    .found
+                                    .entry(batch.header.sequence)
+                                    .or_insert_with(|| Found {
+                                        copies: Vec::new(),
+                                        total_bytes: batch.header.total_bytes,
+                                        intents: batch
+                                            .entries
+                                            .iter()
+                                            .filter(|entry| entry.kind == EntryKind::Intent)
+                                            .map(|entry| entry.stripe)
+                                            .collect(),
+                                    });
+                            found.copies.push((member, offset_bytes + pos as u64));
+                            replay.max_retired_below =
+                                replay.max_retired_below.max(batch.header.retired_below);
+                            pos += batch.header.total_bytes as usize;
+                        }
+                        Err(BatchError::NeedBytes(_)) if pos > 0 && !at_ring_end => break,
+                        Err(_) => pos += BATCH_ALIGN_BYTES as usize,
+                    }
+                }
+                let resume = offset_bytes + pos.min(len) as u64;
+                if resume < ring_bytes && !at_ring_end {
+                    next = Some(resume);
+                }
+            }
+        }
+        self.pool.free(buffer);
+        if let Some(offset) = next {
+            self.journal
+                .replay
+                .as_mut()
+                .expect("replay")
+                .scan_queue
+                .push_back((member, offset));
+        }
+        self.pump_scans();
+        self.replay_step();
+    }
+
+    /// Moves replay to its next stage when the current one is finished.
+    fn replay_step(&mut self) {
+        loop {
+            let replay = self.journal.replay.as_mut().expect("replay");
+            match replay.stage {
+                ReplayStage::Scanning => {
+                    if replay.scans_pending > 0 || !replay.scan_queue.is_empty() {
+                        return;
+                    }
+                    let floor = replay
+                        .max_retired_below
+                        .max(self.superblock.journal_floor_sequence);
+                    let sequences: Vec<u64> =
+                        replay.found.range(floor..).map(|(&s, _)| s).collect();
+                    for &sequence in &sequences {
+                        for &stripe in &replay.found[&sequence].intents {
+                            replay.last_intent.insert(stripe, sequence);
+                        }
+                    }
+                    let newest = replay.found.keys().next_back().map_or(0, |&s| s + 1);
+                    self.journal.next_sequence = self.journal.next_sequence.max(newest).max(floor);
+                    replay.queue = sequences.into();
+                    replay.stage = ReplayStage::Applying;
+                }
+                ReplayStage::Applying => {
+                    if replay.current.is_some() {
+                        return;
+                    }
+                    let Some(sequence) = replay.queue.front().copied() else {
+                        replay.resync_queue = replay.last_intent.keys().copied().collect();
+                        replay.stage = ReplayStage::Resyncing;
+                        continue;
+                    };
+                    self.read_batch_copy(sequence, 0);
+                    return;
+                }
+                ReplayStage::Resyncing => {
+                    self.pump_replay_resync();
+                    let replay = self.journal.replay.as_mut().expect("replay");
+                    if replay.resync_in_flight > 0 || !replay.resync_queue.is_empty() {
+                        return;
+                    }
+                    let key = self.start_flush(None, None);
+                    let epoch = self.flushes.get(key).expect("new flush").epoch;
+                    self.journal.replay.as_mut().expect("replay").stage =
+                        ReplayStage::Flushing { epoch };
+                    return;
+                }
+                ReplayStage::Flushing { epoch } => {
+                    if self.regions.flush_epoch_done() < epoch {
+                        return;
+                    }
+                    self.finish_replay();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads copy `copy` of batch `sequence` (the next copy after a failure).
+    fn read_batch_copy(&mut self, sequence: u64, copy: usize) {
+        let replay = self.journal.replay.as_mut().expect("replay");
+        let found = &replay.found[&sequence];
+        let Some(&(member, offset_bytes)) = found.copies.get(copy) else {
+            // No copy reads back whole: the batch is lost, and with it the guarantee.
+            replay.incomplete = true;
+            replay.queue.pop_front();
+            return self.replay_step();
+        };
+        let total = found.total_bytes as usize;
+        let buffer = self
+            .pool
+            .alloc(total)
+            .expect("a journal batch fits the pool at start-up");
+        replay.current = Some((sequence, copy, buffer, 0));
+        let slice = self.pool.full(buffer);
+        self.issue(
+            member,
+            MemberOp::Read {
+                offset_bytes: self.journal.offset_bytes + offset_bytes,
+                buffer: slice,
+            },
+            Owner::JournalReplay { write: false },
+        );
+    }
+
+    /// Completion of a replay read (the batch) or write (one of its blocks).
+    pub(super) fn journal_replay_io_done(&mut self, write: bool, result: Result<(), MemberError>) {
+        let replay = self.journal.replay.as_mut().expect("replay");
+        let (sequence, copy, buffer, pending) = replay
+            .current
+            .as_mut()
+            .map(|c| *c)
+            .expect("a batch being applied");
+        if write {
+            // A failed replay write fails its member (in `complete`); the stripe is then
+            // degraded, which the entry was written to survive.
+            let pending = pending - 1;
+            replay.current = Some((sequence, copy, buffer, pending));
+            if pending == 0 {
+                self.pool.free(buffer);
+                let replay = self.journal.replay.as_mut().expect("replay");
+                replay.current = None;
+                replay.queue.pop_front();
+                self.replay_step();
+            }
+            return;
+        }
+        let group_uuid = self.superblock.group_uuid;
+        let batch = match result {
+            Ok(()) => format::decode_batch(self.pool.slice(buffer), group_uuid)
+                .ok()
+                .filter(|batch| batch.header.sequence == sequence),
+            Err(_) => None,
+        };
+        let Some(batch) = batch else {
+            self.pool.free(buffer);
+            self.journal.replay.as_mut().expect("replay").current = None;
+            return self.read_batch_copy(sequence, copy + 1);
+        };
+        let mut writes = Vec::new();
+        let mut valid = true;
+        let mut replayed = 0u64;
+        for (entry, offsets) in batch.entries.iter().zip(&batch.payload_offsets) {
+            if entry.kind != EntryKind::Redo {
+                continue;
+            }
+            let replay = self.journal.replay.as_ref().expect("replay");
+            if replay
+                .last_intent
+                .get(&entry.stripe)
+                .is_some_and(|&intent| intent > sequence)
+            {
+                // A later full-stripe write replaced everything this entry wrote.
+                continue;
+            }
+            if !self.entry_in_geometry(entry) {
+                valid = false;
+                break;
+            }
+            replayed += 1;
+            for (write, &payload) in entry.writes.iter().zip(offsets) {
+                for (member, offset) in self.column_writers(entry.stripe, write.column) {
+                    writes.push((
+                        member,
+                        offset + write.within_bytes,
+                        self.slice(buffer, payload, write.len_bytes),
+                    ));
+                }
+            }
+        }
+        let replay = self.journal.replay.as_mut().expect("replay");
+        if !valid {
+            replay.incomplete = true;
+            writes.clear();
+        }
+        replay.replayed_entries += replayed;
+        self.counters.journal_replayed_entries += replayed;
+        let count = u32::try_from(writes.len()).expect("writes fit u32");
+        replay.current = Some((sequence, copy, buffer, count));
+        if count == 0 {
+            self.pool.free(buffer);
+            let replay = self.journal.replay.as_mut().expect("replay");
+            replay.current = None;
+            replay.queue.pop_front();
+            return self.replay_step();
+        }
+        for (member, offset_bytes, slice) in writes {
+            self.issue(
+                member,
+                MemberOp::Write {
+                    offset_bytes,
+                    buffer: slice,
+                },
+                Owner::JournalReplay { write: true },
+            );
+        }
+    }
+
+    /// Whether an entry names only stripes, columns and ranges this group has.
+    fn entry_in_geometry(&self, entry: &format::EntryDescriptor) -> bool {
+        let chunk = self.geometry.chunk_bytes();
+        entry.stripe < self.geometry.stripe_count()
+            && entry.writes.iter().all(|write| {
+                let column_ok = match write.column {
+                    Column::Data(index) => index < self.geometry.data_chunks(),
+                    Column::Parity(which) => which < self.geometry.parity_chunks(),
+                };
+                column_ok
+                    && write.len_bytes > 0
+                    && write
+                        .within_bytes
+                        .checked_add(write.len_bytes)
+                        .is_some_and(|end| end <= chunk)
+            })
+    }
+
+    fn pump_replay_resync(&mut self) {
+        loop {
+            let replay = self.journal.replay.as_mut().expect("replay");
+            if replay.resync_in_flight as usize >= self.config.resync_window.max(1) {
+                return;
+            }
+            let Some(stripe) = replay.resync_queue.pop_front() else {
+                return;
+            };
+            replay.resync_in_flight += 1;
+            let region = self.regions.region_of_stripe(stripe, &self.geometry);
+            let mut op = StripeOp::new(stripe, region, Kind::Resync);
+            op.journal_replay = true;
+            let id: Key = self.ops.insert(op);
+            if self.locks.acquire(stripe, id) {
+                self.ops.get_mut(id).expect("new op").stage = Stage::Gate;
+                self.ready.push_back(id);
+            }
+        }
+    }
+
+    /// A stripe resynced after a replayed full-stripe write.
+    pub(super) fn replay_resync_done(&mut self) {
+        let replay = self.journal.replay.as_mut().expect("replay");
+        replay.resync_in_flight -= 1;
+        self.replay_step();
+    }
+
+    /// A full flush finished while replaying.
+    pub(super) fn replay_flush_done(&mut self) {
+        if self.journal.replay.is_some() {
+            self.replay_step();
+        }
+    }
+
+    fn finish_replay(&mut self) {
+        let replay = self.journal.replay.take().expect("replay");
+        if !replay.incomplete && !self.regions.bitmap_guessed() {
+            // Every stripe is consistent again: nothing needs resync, and a member lost from
+            // now on is recovered from parity.
+            let unsynced: BTreeSet<u64> = self.regions.unsynced_regions().into_iter().collect();
+            for region in unsynced {
+                self.regions.mark_synced(region);
+            }
+        } else {
+            self.superblock.journal_covering = false;
+            self.journal.coverage = super::journal::Coverage::Off;
+            self.journal.active = false;
+        }
+        self.emit_event(super::GroupEvent::JournalReplayed {
+            entries: replay.replayed_entries,
+            complete: !replay.incomplete,
+        });
+        self.superblock.journal_floor_sequence = self.journal.next_sequence;
+        self.journal.durable_retired_below = self.journal.next_sequence;
+        self.request_superblock_update();
+        self.startup_after_replay();
+    }
+}

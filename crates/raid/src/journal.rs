@@ -1,0 +1,422 @@
+//! The on-member format of the write journal: batches of entries, each batch checksummed as a
+//! whole so a torn or stale batch is recognised and never replayed in part.
+//!
+//! A batch starts on a 4 KiB boundary of a member's journal area and is a multiple of 4 KiB:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `TSJBATCH` |
+//! | 8 | 4 | format version (1) |
+//! | 12 | 4 | CRC32C of the whole batch with this field zeroed |
+//! | 16 | 16 | group uuid |
+//! | 32 | 8 | sequence number |
+//! | 40 | 8 | retired below: every batch with a smaller sequence number is in place and durable |
+//! | 48 | 4 | total bytes of the batch |
+//! | 52 | 4 | entry count |
+//! | 56 | 4 | descriptor bytes (from offset 64) |
+//! | 60 | 4 | zero |
+//! | 64 | .. | descriptors, then payload from the next 512-byte boundary |
+//!
+//! An entry descriptor is 16 bytes (kind: 1 redo, 2 intent; three zero bytes; write count u32;
+//! stripe u64) followed by 16 bytes per write (column: data index, or 0x80 | parity index;
+//! three zero bytes; length u32; offset within the chunk u64). Redo payloads follow in
+//! descriptor order, each a whole number of sectors.
+
+use crate::geometry::Column;
+use crate::superblock::Uuid;
+
+pub const BATCH_MAGIC: [u8; 8] = *b"TSJBATCH";
+pub const BATCH_VERSION: u32 = 1;
+/// Batches start and end on this boundary.
+pub const BATCH_ALIGN_BYTES: u64 = 4096;
+/// Bytes of the fixed batch header.
+pub const HEADER_BYTES: usize = 64;
+const PAYLOAD_ALIGN_BYTES: usize = 512;
+const DESCRIPTOR_BYTES: usize = 16;
+const WRITE_BYTES: usize = 16;
+const KIND_REDO: u8 = 1;
+const KIND_INTENT: u8 = 2;
+const PARITY_FLAG: u8 = 0x80;
+
+/// What replaying an entry does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    /// The new contents of every block the update writes (data and parity): replay writes them
+    /// again.
+    Redo,
+    /// A full-stripe write, recorded by stripe only: replay recomputes the stripe's parity from
+    /// its data.
+    Intent,
+}
+
+/// One block write of a redo entry: `len_bytes` at `within_bytes` of `column` of the stripe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteDescriptor {
+    pub column: Column,
+    pub within_bytes: u64,
+    pub len_bytes: u64,
+}
+
+/// One entry: a stripe update.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryDescriptor {
+    pub kind: EntryKind,
+    pub stripe: u64,
+    pub writes: Vec<WriteDescriptor>,
+}
+
+/// The fixed fields of a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub group_uuid: Uuid,
+    pub sequence: u64,
+    pub retired_below: u64,
+    pub total_bytes: u64,
+    pub entry_count: u32,
+    pub descriptor_bytes: u32,
+}
+
+/// A checked batch: its header, entries, and where each write's payload starts in the batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Batch {
+    pub header: BatchHeader,
+    pub entries: Vec<EntryDescriptor>,
+    /// Per entry, per write: the payload's byte offset in the batch.
+    pub payload_offsets: Vec<Vec<u64>>,
+}
+
+/// Why bytes are not a usable batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchError {
+    /// No batch starts here (no magic, another group, another version).
+    NotABatch,
+    /// A header names more bytes than are available: read more and try again.
+    NeedBytes(u64),
+    /// The checksum does not match: a torn or overwritten batch.
+    Checksum,
+    /// The checksum matches but the contents are inconsistent.
+    Malformed(&'static str),
+}
+
+fn column_code(column: Column) -> u8 {
+    match column {
+        Column::Data(index) => u8::try_from(index).expect("data index fits below 0x80"),
+        Column::Parity(which) => PARITY_FLAG | u8::try_from(which).expect("parity index"),
+    }
+}
+
+fn column_from_code(code: u8) -> Column {
+    if code & PARITY_FLAG != 0 {
+        Column::Parity(usize::from(code & !PARITY_FLAG))
+    } else {
+        Column::Data(usize::from(code))
+    }
+}
+
+/// Bytes of the descriptor area for `entries`.
+pub fn descriptor_bytes(entries: &[EntryDescriptor]) -> usize {
+    entries
+        .iter()
+        .map(|entry| DESCRIPTOR_BYTES + entry.writes.len() * WRITE_BYTES)
+        .sum()
+}
+
+/// Where the payload starts for a descriptor area of `descriptor_bytes`.
+fn payload_start(descriptor_bytes: usize) -> usize {
+    (HEADER_BYTES + descriptor_bytes).div_ceil(PAYLOAD_ALIGN_BYTES) * PAYLOAD_ALIGN_BYTES
+}
+
+/// Total bytes of a batch holding `entries`.
+pub fn batch_bytes(entries: &[EntryDescriptor]) -> u64 {
+    let payload: u64 = entries
+        .iter()
+        .filter(|entry| entry.kind == EntryKind::Redo)
+        .flat_map(|entry| entry.writes.iter())
+        .map(|write| write.len_bytes)
+        .sum();
+    (payload_start(descriptor_bytes(entries)) as u64 + payload).div_ceil(BATCH_ALIGN_BYTES)
+        * BATCH_ALIGN_BYTES
+}
+
+/// Bytes a batch with one more entry would take, given the current descriptor and payload
+/// totals (for deciding when to seal a batch).
+pub fn entry_cost_bytes(entry: &EntryDescriptor) -> u64 {
+    let payload: u64 = match entry.kind {
+        EntryKind::Redo => entry.writes.iter().map(|write| write.len_bytes).sum(),
+        EntryKind::Intent => 0,
+    };
+    (DESCRIPTOR_BYTES + entry.writes.len() * WRITE_BYTES) as u64 + payload
+}
+
+/// Writes a batch into `out` (exactly `batch_bytes(entries)` long). `payload` yields, in
+/// descriptor order, the bytes of each redo write; it is called once per write with the slice
+/// of `out` to fill.
+pub fn encode_batch(
+    out: &mut [u8],
+    group_uuid: Uuid,
+    sequence: u64,
+    retired_below: u64,
+    entries: &[EntryDescriptor],
+    mut payload: impl FnMut(usize, usize, &mut [u8]),
+) {
+    let total = batch_bytes(entries);
+    assert_eq!(out.len() as u64, total, "batch buffer size");
+    out.fill(0);
+    let descriptors = descriptor_bytes(entries);
+    out[0..8].copy_from_slice(&BATCH_MAGIC);
+    out[8..12].copy_from_slice(&BATCH_VERSION.to_le_bytes());
+    out[16..32].copy_from_slice(&group_uuid.0);
+    out[32..40].copy_from_slice(&sequence.to_le_bytes());
+    out[40..48].copy_from_slice(&retired_below.to_le_bytes());
+    out[48..52].copy_from_slice(&u32::try_from(total).expect("batch fits u32").to_le_bytes());
+    out[52..56].copy_from_slice(
+        &u32::try_from(entries.len())
+            .expect("entries fit u32")
+            .to_le_bytes(),
+    );
+    out[56..60].copy_from_slice(
+        &u32::try_from(descriptors)
+            .expect("descriptors fit u32")
+            .to_le_bytes(),
+    );
+    let mut at = HEADER_BYTES;
+    let mut payload_at = payload_start(descriptors);
+    for (entry_index, entry) in entries.iter().enumerate() {
+        out[at] = match entry.kind {
+            EntryKind::Redo => KIND_REDO,
+            EntryKind::Intent => KIND_INTENT,
+        };
+        out[at + 4..at + 8].copy_from_slice(
+            &u32::try_from(entry.writes.len())
+                .expect("writes fit u32")
+                .to_le_bytes(),
+        );
+        out[at + 8..at + 16].copy_from_slice(&entry.stripe.to_le_bytes());
+        at += DESCRIPTOR_BYTES;
+        for (write_index, write) in entry.writes.iter().enumerate() {
+            assert_eq!(
+                write.len_bytes % PAYLOAD_ALIGN_BYTES as u64,
+                0,
+                "whole sectors"
+            );
+            out[at] = column_code(write.column);
+            out[at + 4..at + 8].copy_from_slice(
+                &u32::try_from(write.len_bytes)
+                    .expect("write fits u32")
+                    .to_le_bytes(),
+            );
+            out[at + 8..at + 16].copy_from_slice(&write.within_bytes.to_le_bytes());
+            at += WRITE_BYTES;
+            if entry.kind == EntryKind::Redo {
+                let len = write.len_bytes as usize;
+                payload(
+                    entry_index,
+                    write_index,
+                    &mut out[payload_at..payload_at + len],
+                );
+                payload_at += len;
+            }
+        }
+    }
+    let crc = crc32c::crc32c(out);
+    out[12..16].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Reads the fixed header at the start of `bytes`, if a batch of this group starts there.
+pub fn decode_header(bytes: &[u8], group_uuid: Uuid) -> Result<BatchHeader, BatchError> {
+    if bytes.len() < HEADER_BYTES || bytes[0..8] != BATCH_MAGIC {
+        return Err(BatchError::NotABatch);
+    }
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    if u32_at(8) != BATCH_VERSION || bytes[16..32] != group_uuid.0 {
+        return Err(BatchError::NotABatch);
+    }
+    let total_bytes = u64::from(u32_at(48));
+    if total_bytes == 0 || !total_bytes.is_multiple_of(BATCH_ALIGN_BYTES) {
+        return Err(BatchError::NotABatch);
+    }
+    Ok(BatchHeader {
+        group_uuid,
+        sequence: u64_at(32),
+        retired_below: u64_at(40),
+        total_bytes,
+        entry_count: u32_at(52),
+        descriptor_bytes: u32_at(56),
+    })
+}
+
+/// Checks and decodes a whole batch at the start of `bytes`.
+pub fn decode_batch(bytes: &[u8], group_uuid: Uuid) -> Result<Batch, BatchError> {
+    let header = decode_header(bytes, group_uuid)?;
+    let total = header.total_bytes as usize;
+    if bytes.len() < total {
+        return Err(BatchError::NeedBytes(header.total_bytes));
+    }
+    let image = &bytes[..total];
+    let stored = u32::from_le_bytes(image[12..16].try_into().expect("4 bytes"));
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&image[..12]), &[0; 4]);
+    let crc = crc32c::crc32c_append(crc, &image[16..]);
+    if crc != stored {
+        return Err(BatchError::Checksum);
+    }
+    let descriptors = header.descriptor_bytes as usize;
+    if HEADER_BYTES + descriptors > total {
+        return Err(BatchError::Malformed("descriptor area beyond the batch"));
+    }
+    let mut entries = Vec::new();
+    let mut payload_offsets = Vec::new();
+    let mut at = HEADER_BYTES;
+    let end = HEADER_BYTES + descriptors;
+    let mut payload_at = payload_start(descriptors) as u64;
+    for _ in 0..header.entry_count {
+        if at + DESCRIPTOR_BYTES > end {
+            return Err(BatchError::Malformed("entry beyond the descriptor area"));
+        }
+        let kind = match image[at] {
+            KIND_REDO => EntryKind::Redo,
+            KIND_INTENT => EntryKind::Intent,
+            _ => return Err(BatchError::Malformed("entry kind")),
+        };
+        let writes = u32::from_le_bytes(image[at + 4..at + 8].try_into().expect("4 bytes"));
+        let stripe = u64::from_le_bytes(image[at + 8..at + 16].try_into().expect("8 bytes"));
+        at += DESCRIPTOR_BYTES;
+        let mut entry = EntryDescriptor {
+            kind,
+            stripe,
+            writes: Vec::new(),
+        };
+        let mut offsets = Vec::new();
+        for _ in 0..writes {
+            if at + WRITE_BYTES > end {
+                return Err(BatchError::Malformed("write beyond the descriptor area"));
+            }
+            let len_bytes = u64::from(u32::from_le_bytes(
+                image[at + 4..at + 8].try_into().expect("4"),
+            ));
+            let within_bytes =
+                u64::from_le_bytes(image[at + 8..at + 16].try_into().expect("8 bytes"));
+            entry.writes.push(WriteDescriptor {
+                column: column_from_code(image[at]),
+                within_bytes,
+                len_bytes,
+            });
+            at += WRITE_BYTES;
+            if kind == EntryKind::Redo {
+                offsets.push(payload_at);
+                payload_at += len_bytes;
+            }
+        }
+        entries.push(entry);
+        payload_offsets.push(offsets);
+    }
+    if payload_at > total as u64 {
+        return Err(BatchError::Malformed("payload beyond the batch"));
+    }
+    Ok(Batch {
+        header,
+        entries,
+        payload_offsets,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uuid(byte: u8) -> Uuid {
+        Uuid([byte; 16])
+    }
+
+    fn sample() -> Vec<EntryDescriptor> {
+        vec![
+            EntryDescriptor {
+                kind: EntryKind::Redo,
+                stripe: 7,
+                writes: vec![
+                    WriteDescriptor {
+                        column: Column::Data(2),
+                        within_bytes: 4096,
+                        len_bytes: 1024,
+                    },
+                    WriteDescriptor {
+                        column: Column::Parity(1),
+                        within_bytes: 4096,
+                        len_bytes: 1024,
+                    },
+                ],
+            },
+            EntryDescriptor {
+                kind: EntryKind::Intent,
+                stripe: 9,
+                writes: Vec::new(),
+            },
+        ]
+    }
+
+    fn encode(entries: &[EntryDescriptor]) -> Vec<u8> {
+        let mut out = vec![0u8; batch_bytes(entries) as usize];
+        encode_batch(&mut out, uuid(3), 42, 40, entries, |entry, write, bytes| {
+            bytes.fill((entry * 16 + write + 1) as u8)
+        });
+        out
+    }
+
+    #[test]
+    fn round_trip_keeps_entries_and_payloads() {
+        let entries = sample();
+        let image = encode(&entries);
+        assert_eq!(image.len(), 4096);
+        let batch = decode_batch(&image, uuid(3)).unwrap();
+        assert_eq!(batch.header.sequence, 42);
+        assert_eq!(batch.header.retired_below, 40);
+        assert_eq!(batch.entries, entries);
+        assert_eq!(batch.payload_offsets[1], Vec::<u64>::new());
+        let first = batch.payload_offsets[0][0] as usize;
+        let second = batch.payload_offsets[0][1] as usize;
+        assert!(image[first..first + 1024].iter().all(|&b| b == 1));
+        assert!(image[second..second + 1024].iter().all(|&b| b == 2));
+        assert_eq!(first % 512, 0);
+    }
+
+    #[test]
+    fn any_flipped_bit_is_caught() {
+        let image = encode(&sample());
+        for at in [0usize, 13, 20, 33, 41, 70, 600, 4000] {
+            let mut damaged = image.clone();
+            damaged[at] ^= 0x10;
+            let result = decode_batch(&damaged, uuid(3));
+            assert!(
+                matches!(result, Err(BatchError::Checksum | BatchError::NotABatch)),
+                "flip at {at}: {result:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn torn_batches_and_other_groups_are_refused() {
+        let entries = vec![EntryDescriptor {
+            kind: EntryKind::Redo,
+            stripe: 1,
+            writes: vec![WriteDescriptor {
+                column: Column::Data(0),
+                within_bytes: 0,
+                len_bytes: 8192,
+            }],
+        }];
+        let image = encode(&entries);
+        assert_eq!(image.len(), 12288);
+        assert_eq!(
+            decode_batch(&image[..4096], uuid(3)),
+            Err(BatchError::NeedBytes(12288))
+        );
+        let mut torn = image.clone();
+        torn[8192..].fill(0);
+        assert_eq!(decode_batch(&torn, uuid(3)), Err(BatchError::Checksum));
+        assert_eq!(decode_batch(&image, uuid(4)), Err(BatchError::NotABatch));
+        assert_eq!(
+            decode_batch(&[0u8; 4096], uuid(3)),
+            Err(BatchError::NotABatch)
+        );
+    }
+}
