@@ -2,6 +2,7 @@
 
 use crate::prng::Rng;
 use tessera_raid::geometry::Level;
+use tessera_raid::superblock::JournalMode;
 
 /// How faults are chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +47,10 @@ pub struct Config {
     pub rebuild_latency_target_us: u32,
     /// Long-tail member latency (per million commands).
     pub slow_command_rate: u64,
+    pub journal_mode: JournalMode,
+    /// Per-million chance that a crash also takes members away before the group is assembled
+    /// again (within tolerance only while the journal covers every stripe update).
+    pub crash_loss_chance: u64,
 }
 
 impl Config {
@@ -99,6 +104,13 @@ impl Config {
             scrub_rate: rng.below(3_000),
             rebuild_rate_percent: *rng.pick(&[100u8, 30, 5]),
             rebuild_latency_target_us: *rng.pick(&[0u32, 0, 500]),
+            journal_mode: *rng.pick(&[
+                JournalMode::AlwaysOn,
+                JournalMode::AlwaysOn,
+                JournalMode::DegradeOnly,
+                JournalMode::AlwaysOff,
+            ]),
+            crash_loss_chance: *rng.pick(&[0u64, 300_000, 700_000]),
         }
     }
 }

@@ -18,8 +18,11 @@ pub struct Harness {
     now_us: u64,
     next_id: u64,
     /// Replies seen by `drain`, by request id.
-    replies: Vec<(u64, Result<Option<Vec<u8>>, HostError>)>,
+    replies: Vec<(u64, HostReply)>,
 }
+
+/// What a host request completed with: read data, or nothing for writes and flushes.
+type HostReply = Result<Option<Vec<u8>>, HostError>;
 
 impl Harness {
     /// A new group over `members` in-memory members of `member_bytes` each.
@@ -30,6 +33,27 @@ impl Harness {
         member_bytes: u64,
         config: EngineConfig,
         parity: Arc<dyn tessera_parity::Kernel>,
+    ) -> Harness {
+        Harness::with_journal(
+            level,
+            members,
+            chunk_bytes,
+            member_bytes,
+            config,
+            parity,
+            JournalMode::AlwaysOff,
+        )
+    }
+
+    /// Like `new`, with a journal mode.
+    pub fn with_journal(
+        level: Level,
+        members: usize,
+        chunk_bytes: u64,
+        member_bytes: u64,
+        config: EngineConfig,
+        parity: Arc<dyn tessera_parity::Kernel>,
+        journal_mode: JournalMode,
     ) -> Harness {
         let spec = CreateSpec {
             group_uuid: Uuid([9; 16]),
@@ -42,7 +66,7 @@ impl Harness {
             created_unix_seconds: 0,
             region_bytes: None,
             journal_bytes: Some(1 << 20),
-            journal_mode: JournalMode::AlwaysOff,
+            journal_mode,
             rebuild_rate_percent: 100,
             config: Vec::new(),
         };
@@ -60,6 +84,57 @@ impl Harness {
         };
         harness.settle();
         harness
+    }
+
+    /// Assembles the group again from member images (`None`: the member is absent), as after
+    /// a power cut, and lets it start.
+    pub fn assemble(
+        images: Vec<Option<Vec<u8>>>,
+        config: EngineConfig,
+        parity: Arc<dyn tessera_parity::Kernel>,
+    ) -> Harness {
+        let mut harness = Harness::assemble_unstarted(images, config, parity);
+        harness.settle();
+        harness
+    }
+
+    /// Like `assemble`, leaving the start-up commands (such as journal replay) in the engine's
+    /// queue for the caller to carry out.
+    pub fn assemble_unstarted(
+        images: Vec<Option<Vec<u8>>>,
+        config: EngineConfig,
+        parity: Arc<dyn tessera_parity::Kernel>,
+    ) -> Harness {
+        let mut probes = Vec::new();
+        let mut present = Vec::new();
+        for (index, image) in images.iter().enumerate() {
+            let Some(image) = image else { continue };
+            let copy = |i: usize| {
+                let at = tessera_raid::superblock::SUPERBLOCK_OFFSETS[i] as usize;
+                &image[at..at + tessera_raid::superblock::SUPERBLOCK_BYTES]
+            };
+            if let Ok(superblock) = tessera_raid::superblock::newest_copy(copy(0), copy(1)) {
+                probes.push(tessera_raid::engine::DeviceProbe { superblock });
+                present.push(index);
+            }
+        }
+        let (engine, mapping) = Engine::assemble(probes, config, parity).expect("assembly");
+        let count = engine.superblock().members.len();
+        let mut members = vec![Vec::new(); count];
+        let mut images = images;
+        for (probe, member) in mapping.into_iter().enumerate() {
+            let member = member.expect("every probe is a member");
+            members[member] = images[present[probe]].take().expect("present image");
+        }
+        Harness {
+            engine,
+            members,
+            latent_errors: Default::default(),
+            events: Vec::new(),
+            now_us: 0,
+            next_id: 1,
+            replies: Vec::new(),
+        }
     }
 
     /// Carries out every command the engine has until it has none; returns replies seen.
@@ -157,7 +232,30 @@ impl Harness {
         self.now_us
     }
 
-    fn request(&mut self, op: HostOp) -> Result<Option<Vec<u8>>, HostError> {
+    /// Submits a write without waiting for it (the caller carries out the commands).
+    pub fn submit_write(&mut self, offset_bytes: u64, data: &[u8]) -> u64 {
+        let buffer = self
+            .engine
+            .alloc_host_buffer(data.len())
+            .expect("host buffer");
+        self.engine
+            .pool_mut()
+            .slice_mut(buffer)
+            .copy_from_slice(data);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.engine.submit(HostRequest {
+            id,
+            op: HostOp::Write {
+                offset_bytes,
+                buffer,
+                fua: false,
+            },
+        });
+        id
+    }
+
+    fn request(&mut self, op: HostOp) -> HostReply {
         let id = self.next_id;
         self.next_id += 1;
         self.engine.submit(HostRequest { id, op });

@@ -244,6 +244,34 @@ impl Model {
         }
     }
 
+    /// Whether a read of `sector` (submitted at `submit`, answered at `ack`) may return any
+    /// bytes at all.
+    pub fn allows_anything(&self, sector: u64, submit: u64, ack: u64) -> bool {
+        let history = &self.sectors[sector as usize];
+        let floor = history
+            .iter()
+            .filter(|e| e.ack < submit)
+            .map(|e| e.submit)
+            .max()
+            .unwrap_or(0);
+        history
+            .iter()
+            .any(|e| e.submit < ack && e.ack >= floor && e.values.contains(&ANY))
+    }
+
+    /// A power cut followed by the loss of members before the group came back: like `crash`,
+    /// but a sector that had writes after its newest durable value may hold anything (its
+    /// stripe may have been torn and the member holding it rebuilt from the rest).
+    pub fn crash_losing_members(&mut self) {
+        self.crash();
+        for history in &mut self.sectors {
+            let entry = &mut history[0];
+            if entry.values.len() > 1 {
+                entry.values = vec![ANY];
+            }
+        }
+    }
+
     /// A power cut at the current time: every sector collapses to what it may hold now.
     pub fn crash(&mut self) {
         let now = self.now();

@@ -15,9 +15,7 @@ use tessera_raid::engine::{
     HostOp, HostRequest, MemberCommand, MemberOp, Reply,
 };
 use tessera_raid::geometry::{Column, Geometry};
-use tessera_raid::superblock::{
-    JournalMode, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS, Uuid, newest_copy,
-};
+use tessera_raid::superblock::{SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS, Uuid, newest_copy};
 
 /// What a run did, for the summary line.
 #[derive(Clone, Debug, Default)]
@@ -25,6 +23,8 @@ pub struct Stats {
     pub host_ops: u64,
     pub reads_checked: u64,
     pub crashes: u64,
+    /// Crashes after which members were lost before assembly.
+    pub crash_losses: u64,
     pub member_losses: u64,
     pub write_failures: u64,
     pub latent_errors: u64,
@@ -192,8 +192,8 @@ impl World {
                 .collect(),
             created_unix_seconds: 0,
             region_bytes: Some(self.config.region_bytes),
-            journal_bytes: Some(256 << 10),
-            journal_mode: JournalMode::AlwaysOff,
+            journal_bytes: None,
+            journal_mode: self.config.journal_mode,
             rebuild_rate_percent: self.config.rebuild_rate_percent,
             config: Vec::new(),
         };
@@ -553,13 +553,12 @@ impl World {
             GroupEvent::MemberFailed { .. } if self.repair_at.is_none() => {
                 self.repair_at = Some(self.now_us + self.rng.between(100, 5_000));
             }
-            GroupEvent::ScrubFinished(result) => {
-                // Within tolerance, nothing can have gone out of sync except what a crash left
-                // for resync, which a repairing scrub may fix first.
-                if self.config.mode == FaultMode::MustSurvive && result.stats.unrecoverable > 0 {
-                    self.scrub_failure =
-                        Some(format!("scrub found unrecoverable stripes: {result:?}"));
-                }
+            // Within tolerance, nothing can have gone out of sync except what a crash left
+            // for resync, which a repairing scrub may fix first.
+            GroupEvent::ScrubFinished(result)
+                if self.config.mode == FaultMode::MustSurvive && result.stats.unrecoverable > 0 =>
+            {
+                self.scrub_failure = Some(format!("scrub found unrecoverable stripes: {result:?}"));
             }
             GroupEvent::RebuildFinished { .. } => {
                 self.stats.rebuilds += 1;
@@ -671,7 +670,11 @@ impl World {
         assert_eq!(data.len() as u64, len_bytes);
         for (i, bytes) in data.chunks_exact(SECTOR_BYTES).enumerate() {
             let sector = first + i as u64;
-            let value = pattern::identify(sector, bytes)?;
+            let value = match pattern::identify(sector, bytes) {
+                Ok(value) => value,
+                Err(_) if self.model.allows_anything(sector, submit, ack) => continue,
+                Err(error) => return Err(error),
+            };
             self.model.check_read(sector, value, submit, ack)?;
             self.stats.reads_checked += 1;
         }
@@ -736,9 +739,23 @@ impl World {
         }
         let config = self.config.clone();
         if self.rng.chance(config.crash_rate) {
-            let (down, latent, _) = self.exposure();
+            let (down, latent, unsynced) = self.exposure();
             if config.mode == FaultMode::BeyondTolerance || (down == 0 && latent == 0) {
-                return self.crash();
+                let redundancy = self.redundancy() as u64;
+                let covered = self
+                    .engine
+                    .as_ref()
+                    .is_some_and(|engine| engine.journal_covering())
+                    && !unsynced;
+                let lose = if redundancy > 0
+                    && self.rng.chance(config.crash_loss_chance)
+                    && (config.mode == FaultMode::BeyondTolerance || covered)
+                {
+                    self.rng.between(1, redundancy) as usize
+                } else {
+                    0
+                };
+                return self.crash(lose);
             }
         }
         if self.rng.chance(config.restart_rate) {
@@ -879,9 +896,17 @@ impl World {
 
     /// A power cut: the engine vanishes mid-flight, members keep what was durable and some of
     /// what was not, and the group is assembled again from what is on the members.
-    fn crash(&mut self) -> Result<(), String> {
+    fn crash(&mut self, lose: usize) -> Result<(), String> {
         self.stats.crashes += 1;
         self.note("crash".into());
+        let mut lost = Vec::new();
+        for _ in 0..lose {
+            if let Some(device) = self.pick_online_device()
+                && !lost.contains(&device)
+            {
+                lost.push(device);
+            }
+        }
         let engine = self.engine.take().expect("engine running");
         let mut in_flight: Vec<Vec<(u64, Vec<u8>)>> = vec![Vec::new(); self.devices.len()];
         for scheduled in self.scheduled.values() {
@@ -905,7 +930,19 @@ impl World {
             let mut rng = self.rng.fork();
             self.devices[device].member.crash(&mut rng, writes);
         }
-        self.model.crash();
+        if lost.is_empty() {
+            self.model.crash();
+        } else {
+            // Writes not yet durable in a stripe that lost a member may read back as anything
+            // (their stripe was torn); everything durable must survive.
+            self.model.crash_losing_members();
+            self.stats.crash_losses += 1;
+            for &device in &lost {
+                self.devices[device].member.gone = true;
+                self.stats.member_losses += 1;
+                self.note(format!("device {device} lost in the crash"));
+            }
+        }
         self.assemble(true)
     }
 
