@@ -578,6 +578,9 @@ impl Controller for FakeController {
                     JournalPlacement::Members
                 },
                 pd: body.journal_pd,
+                active: false,
+                covering: false,
+                area_bytes: 1 << 20,
             },
             rebuild_rate_percent: 30,
             scrub_rate_percent: Some(30),

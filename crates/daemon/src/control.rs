@@ -188,12 +188,8 @@ impl Controller for Control {
     }
 
     fn update_dg(&self, dg: &DgRef, body: UpdateDg) -> Result<DgView, ApiError> {
-        if body.journal.is_some() {
-            return Err(ApiError::invalid_argument(
-                "changing the journal mode is not supported yet",
-            ));
-        }
         let reference = dg.clone();
+        let journal = body.journal.map(journal_mode);
         let (id, generation) = self
             .call(move |plane| {
                 let id = plane.find_group(&reference)?;
@@ -202,6 +198,7 @@ impl Controller for Control {
                     body.rebuild_rate_percent,
                     body.scrub_rate_percent,
                     body.rebuild_latency_target_us,
+                    journal,
                 )?;
                 Ok((id, generation))
             })?

@@ -112,6 +112,17 @@ pub struct JournalView {
     /// The dedicated journal drive, for `placement: device`.
     #[serde(default)]
     pub pd: Option<u32>,
+    /// Stripe updates are being journaled now (always for `always_on`; while degraded for
+    /// `degrade_only`).
+    #[serde(default)]
+    pub active: bool,
+    /// The journal holds every stripe update since it was last emptied, so a power cut followed
+    /// by the loss of a member loses no acknowledged write.
+    #[serde(default)]
+    pub covering: bool,
+    /// Bytes of the journal area on each member.
+    #[serde(default)]
+    pub area_bytes: u64,
 }
 
 /// One member slot of a drive group, in role order.

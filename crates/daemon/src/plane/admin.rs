@@ -678,6 +678,7 @@ impl DataPlane {
         rebuild_rate: Option<u32>,
         scrub_rate: Option<u32>,
         latency_target_us: Option<u32>,
+        journal: Option<JournalMode>,
     ) -> Result<u64, AdminError> {
         let group = self
             .groups
@@ -710,10 +711,22 @@ impl DataPlane {
         if let Some(target) = latency_target_us {
             group.engine.set_rebuild_latency_target(target);
         }
+        if let Some(mode) = journal {
+            group
+                .engine
+                .set_journal_mode(mode)
+                .map_err(|e| AdminError::Invalid(e.to_string()))?;
+        }
         let generation = group.engine.set_config(group.config.encode());
         self.events.push_info(
             "dg_settings",
-            format!("drive group {dg}: settings changed (rebuild rate {:?}, scrub rate {:?}, latency target {:?} us)", rebuild, scrub, latency_target_us),
+            format!(
+                "drive group {dg}: settings changed (rebuild rate {:?}, scrub rate {:?}, latency target {:?} us, journal {:?})",
+                rebuild,
+                scrub,
+                latency_target_us,
+                journal.map(|mode| mode.name())
+            ),
             Some(dg),
             None,
         );

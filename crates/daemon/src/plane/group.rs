@@ -437,6 +437,25 @@ impl DataPlane {
                 self.events
                     .push_critical("data_lost", message, Some(group_id), None);
             }
+            GroupEvent::JournalReplayed { entries, complete } => {
+                let message = if complete {
+                    format!(
+                        "drive group {name}: journal replayed ({entries} stripe updates redone)"
+                    )
+                } else {
+                    format!(
+                        "drive group {name}: journal could not be read whole ({entries} stripe updates redone); falling back to resync"
+                    )
+                };
+                log!("{message}");
+                if complete {
+                    self.events
+                        .push_info("journal_replayed", message, Some(group_id), None);
+                } else {
+                    self.events
+                        .push_warning("journal_replayed", message, Some(group_id), None);
+                }
+            }
             GroupEvent::ResyncFinished { regions } => {
                 self.events.push_info(
                     "resync_finished",

@@ -206,10 +206,16 @@ impl DataPlane {
                 repaired: result.stats.repaired,
                 unrecoverable: result.stats.unrecoverable,
             }),
-            journal: JournalView {
-                mode: journal_mode(superblock.journal_mode),
-                placement: JournalPlacement::Members,
-                pd: None,
+            journal: {
+                let status = engine.journal_status();
+                JournalView {
+                    mode: journal_mode(superblock.journal_mode),
+                    placement: JournalPlacement::Members,
+                    pd: None,
+                    active: status.active,
+                    covering: engine.journal_covering(),
+                    area_bytes: status.ring_bytes,
+                }
             },
             rebuild_rate_percent: u32::from(superblock.rebuild_rate_percent),
             scrub_rate_percent: Some(u32::from(if superblock.scrub_rate_percent == 0 {
