@@ -12,6 +12,10 @@ packages=(
   fuse3 e2fsprogs btrfs-progs util-linux
   # the GPU parity engine's tests run on Mesa's software Vulkan
   mesa-vulkan-drivers
+  # the test VM (ublk, the kernel NBD client, Linux md) boots under QEMU
+  qemu-system-x86
+  # the benchmark suite's runner and its plots
+  python3 python3-venv
 )
 
 missing=()
