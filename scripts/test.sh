@@ -12,4 +12,6 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== benchmark runner unit tests"
+python3 -m unittest discover -s bench/tests
 echo "== all tests passed in $(( $(date +%s) - started )) s"

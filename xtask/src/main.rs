@@ -2,8 +2,16 @@
 //!
 //! - `sim --seeds N [--from S]` runs N consecutive simulator seeds (release build) and exits 0
 //!   only if all pass; `sim --seed S` replays one with its trace.
+//! - `vm build | vm run ...` builds and boots the scripted test VM (docs/vm.md).
+//! - `fuzz list | fuzz run TARGET --seconds N | fuzz all --seconds N` runs the cargo-fuzz
+//!   targets (docs/fuzzing.md).
+//! - `bench [--quick] ...` runs the end-to-end benchmark suite (docs/benchmarks.md).
 
 use std::process::{Command, ExitCode};
+
+mod bench;
+mod fuzz;
+mod vm;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -13,8 +21,16 @@ fn main() -> ExitCode {
             &["run", "--release", "--quiet", "-p", "tessera-sim", "--"],
             &args[1..],
         ),
+        Some("vm") => vm::main(&args[1..]),
+        Some("fuzz") => fuzz::main(&args[1..]),
+        Some("bench") => bench::main(&args[1..]),
         _ => {
             eprintln!("usage: cargo xtask sim (--seeds N [--from S] | --seed S)");
+            eprintln!("       cargo xtask vm (build | run) ... (see docs/vm.md)");
+            eprintln!(
+                "       cargo xtask fuzz (list | run TARGET | all) [--seconds N] (see docs/fuzzing.md)"
+            );
+            eprintln!("       cargo xtask bench [--quick] ... (see docs/benchmarks.md)");
             ExitCode::from(2)
         }
     }

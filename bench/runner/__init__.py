@@ -1,0 +1,1 @@
+"""The benchmark runner (see bench/run.py)."""

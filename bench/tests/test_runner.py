@@ -1,0 +1,179 @@
+"""Unit tests of the benchmark runner's arithmetic and parsing, against values worked out by
+hand. Run with `python3 -m unittest discover -s bench/tests` from the repository root (no root,
+fio or daemon needed)."""
+
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from runner import cpu, goals, stats  # noqa: E402
+from runner.fio import Connection, Stream, parse_output, render_job_file, seconds_option  # noqa: E402
+from runner.stats import Figure  # noqa: E402
+from runner.workloads import CORNERS, Point, corner_points, sweep_points  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+class FioOutput(unittest.TestCase):
+    def setUp(self):
+        self.groups = parse_output((DATA / "fio-two-groups.json").read_text())
+
+    def test_groups_in_order_with_the_connect_line_skipped(self):
+        self.assertEqual(len(self.groups), 2)
+        self.assertEqual(self.groups[0].read.iops, 50000.0)
+        self.assertEqual(self.groups[1].write.iops, 2000.0)
+
+    def test_latency_percentiles_in_microseconds(self):
+        self.assertEqual(self.groups[0].read.clat_us, {"p50": 18.432, "p99": 61.44, "p99_9": 250.88})
+        # A direction without I/O has no percentiles.
+        self.assertEqual(self.groups[0].write.clat_us, {})
+
+    def test_cpu_seconds_from_percentages_of_the_summed_runtime(self):
+        # (10 + 15) % of 6.000 s = 1.5 s; (2 + 3) % of 3.000 s = 0.15 s.
+        self.assertAlmostEqual(self.groups[0].cpu_seconds, 1.5)
+        self.assertAlmostEqual(self.groups[1].cpu_seconds, 0.15)
+
+
+class JobFiles(unittest.TestCase):
+    def test_rate_limit_is_shared_among_connections_and_streams_get_groups(self):
+        connections = [Connection.nbd(f"nbd+unix:///?socket=/s{i}", 1 << 20) for i in range(3)]
+        streams = [
+            Stream("randread", 4096, 32, rate_iops_total=1000),
+            Stream("randwrite", 4096, 4, rate_iops_total=90),
+        ]
+        text = render_job_file(connections, streams, 1.0, 3.0)
+        self.assertEqual(text.count("\n[s0c"), 3)
+        self.assertEqual(text.count("\n[s1c"), 3)
+        # ceil(1000 / 3) = 334 per read job; 90 / 3 = 30 per write job.
+        self.assertEqual(text.count("rate_iops=334"), 3)
+        self.assertEqual(text.count("rate_iops=30"), 3)
+        # Exactly one job opens the second reporting group, and it is the first write job.
+        self.assertEqual(text.count("new_group"), 1)
+        self.assertLess(text.index("[s1c0]"), text.index("new_group"))
+        self.assertLess(text.index("new_group"), text.index("[s1c1]"))
+        self.assertIn("ramp_time=1\n", text)
+        self.assertIn("runtime=3\n", text)
+
+    def test_unlimited_streams_have_no_rate(self):
+        text = render_job_file([Connection.file("/mnt/f", 4096)], [Stream("read", 131072, 1)], 1, 1)
+        self.assertNotIn("rate_iops", text)
+        self.assertIn("direct=1", text)
+        self.assertIn("filename=/mnt/f", text)
+
+    def test_fractional_seconds_go_in_milliseconds(self):
+        self.assertEqual(seconds_option(0.5), "500ms")
+        self.assertEqual(seconds_option(3), "3")
+        self.assertEqual(seconds_option(1.25), "1250ms")
+
+
+class Workloads(unittest.TestCase):
+    def test_ten_corner_points(self):
+        keys = [point.key for point in corner_points()]
+        self.assertEqual(len(keys), 10)
+        self.assertIn("mix7030-4k-qd1", keys)
+        self.assertIn("seqwrite-128k-qd32", keys)
+
+    def test_sweep_steps_end_unlimited_and_repeat_with_writes(self):
+        points = sweep_points([0.5, 0.25])
+        self.assertEqual(
+            [point.key for point in points],
+            [
+                "sweep-reads-only-025",
+                "sweep-reads-only-050",
+                "sweep-reads-only-100",
+                "sweep-with-writes-025",
+                "sweep-with-writes-050",
+                "sweep-with-writes-100",
+            ],
+        )
+        self.assertEqual(points[1].rate_iops(40000), 20000)
+        self.assertEqual(points[2].rate_iops(40000), 0)
+        self.assertEqual(len(points[3].streams(40000, 2000)), 2)
+        self.assertEqual(points[3].streams(40000, 2000)[1].rate_iops_total, 2000)
+
+    def test_corner_point_is_not_rate_limited(self):
+        self.assertEqual(Point(CORNERS[0], 32).rate_iops(100000), 0)
+
+
+class Statistics(unittest.TestCase):
+    def test_coefficient_of_variation(self):
+        # Sample standard deviation of 90, 100, 110 is 10; over the mean 100: 0.1.
+        self.assertAlmostEqual(stats.coefficient_of_variation([90, 100, 110]), 0.1)
+        self.assertIsNone(stats.coefficient_of_variation([100]))
+
+    def test_fold_means_and_flags(self):
+        rows = [
+            {"target": "raid5", "state": "optimal", "point": "p", "iops": value, "p99_us": 10.0}
+            for value in (80.0, 100.0, 120.0)
+        ]
+        figure = stats.fold(rows)[("raid5", "optimal", "p")]
+        self.assertEqual(figure.runs, 3)
+        self.assertAlmostEqual(figure.get("iops"), 100.0)
+        self.assertAlmostEqual(figure.iops_cv, 0.2)
+        self.assertTrue(figure.noisy)
+
+
+class CpuAccounting(unittest.TestCase):
+    def test_process_stat_with_a_command_name_holding_spaces_and_parentheses(self):
+        # Fields 14 and 15 (utime, stime) are 250 and 50 ticks.
+        line = "4242 (tessera (x) y) S 1 4242 4242 0 -1 4194560 10 0 0 0 250 50 0 0 20 0 3 0 99"
+        self.assertAlmostEqual(
+            cpu.process_cpu_seconds_from_stat(line), 300 / cpu.CLOCK_TICKS_PER_SECOND
+        )
+
+    def test_kernel_threads_that_exit_or_are_new_never_subtract(self):
+        before = {10: 5.0, 11: 56.0, 12: 9.0}
+        # 10 ran 0.5 s more; 11 exited; 12 is a new thread under a reused pid; 13 is new.
+        after = {10: 5.5, 12: 0.25, 13: 0.5}
+        self.assertAlmostEqual(cpu.kernel_threads_delta_seconds(before, after), 0.5 + 0.25 + 0.5)
+
+    def test_machine_busy_leaves_out_idle_and_iowait(self):
+        text = "cpu  100 20 30 5000 70 4 6 10 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n"
+        # user 100 + nice 20 + system 30 + irq 4 + softirq 6 + steal 10 = 170 ticks.
+        self.assertAlmostEqual(
+            cpu.machine_busy_seconds_from_stat(text), 170 / cpu.CLOCK_TICKS_PER_SECOND
+        )
+
+
+def figure(**means) -> Figure:
+    return Figure(runs=3, means=means, iops_cv=0.01)
+
+
+class Goals(unittest.TestCase):
+    def test_raid5_against_baseline_and_efficiency(self):
+        figures = {
+            ("raid5", "optimal", "randread-4k-qd32"): figure(iops=96.0, iops_per_server_cpu_percent=5.0),
+            ("baseline", "optimal", "randread-4k-qd32"): figure(iops=100.0, iops_per_server_cpu_percent=4.0),
+            ("raid5", "optimal", "randwrite-4k-qd32"): figure(iops=40.0),
+            ("baseline", "optimal", "randwrite-4k-qd32"): figure(iops=100.0),
+        }
+        by_requirement = {goal.requirement: goal for goal in goals.check(figures)}
+        read = next(g for r, g in by_requirement.items() if r.startswith("RAID5 4+1 4K random read"))
+        self.assertTrue(read.passed)
+        self.assertEqual(read.measured, "0.96x")
+        write = next(g for r, g in by_requirement.items() if r.startswith("RAID5 4+1 4K random write"))
+        self.assertFalse(write.passed)
+        efficiency = next(g for r, g in by_requirement.items() if "CPU-percent" in r)
+        self.assertTrue(efficiency.passed)
+        mix = next(g for r, g in by_requirement.items() if r.startswith("RAID5 4+1 4K 70/30"))
+        self.assertIsNone(mix.passed)
+
+    def test_tail_and_degraded(self):
+        figures = {
+            ("raid5", "optimal", goals.TAIL_POINT): figure(p99_9_us=160.0),
+            ("baseline", "optimal", goals.TAIL_POINT): figure(p99_9_us=100.0),
+            ("raid5", "optimal", "seqread-128k-qd32"): figure(iops=100.0),
+            ("raid5", "degraded", "seqread-128k-qd32"): figure(iops=69.0),
+        }
+        checked = goals.check(figures)
+        tail = next(g for g in checked if "p99.9" in g.requirement)
+        self.assertFalse(tail.passed)  # 1.6x > 1.5x
+        degraded = next(g for g in checked if g.requirement.startswith("RAID5 degraded 128K"))
+        self.assertFalse(degraded.passed)  # 0.69 < 0.7
+        self.assertEqual(degraded.measured, "0.69x")
+
+
+if __name__ == "__main__":
+    unittest.main()
