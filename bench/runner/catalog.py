@@ -26,6 +26,11 @@ SPECS = (
     Spec("raid10", "Tessera RAID10 (near-2), 4 members", "btrfs-raid1"),
     Spec("raid5", "Tessera RAID5 4+1", "btrfs-raid5", lifecycle=True),
     Spec("raid6", "Tessera RAID6 4+2", "btrfs-raid5", lifecycle=True),
+    # The write journal's cost (issue 6): the same groups with the journal always on. The plain
+    # raid5/raid6 targets run the default mode, degrade_only, which journals nothing while
+    # optimal.
+    Spec("raid5-journal", "Tessera RAID5 4+1, journal always_on", "btrfs-raid5"),
+    Spec("raid6-journal", "Tessera RAID6 4+2, journal always_on", "btrfs-raid5"),
     # The transport target: RAID0 over in-memory members against nbdkit memory, QD32 only.
     Spec("raid0-memory", "Tessera RAID0, 4 in-memory members", "memory", queue_depths=(32,)),
     Spec("baseline", "Baseline: nbdkit file per member (5 members, aggregated)", None),
@@ -49,6 +54,10 @@ def build_target(name: str, shell: Shell, workdir: Path, daemon: TesseraDaemon):
         return TesseraTarget(name, label, "5", 5, daemon)
     if name == "raid6":
         return TesseraTarget(name, label, "6", 6, daemon)
+    if name == "raid5-journal":
+        return TesseraTarget(name, label, "5", 5, daemon, journal="always_on")
+    if name == "raid6-journal":
+        return TesseraTarget(name, label, "6", 6, daemon, journal="always_on")
     if name == "raid0-memory":
         return TesseraTarget(name, label, "0", 4, daemon, memory_members=True)
     if name == "baseline":

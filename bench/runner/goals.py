@@ -18,6 +18,12 @@ PEER_POINTS = tuple(
     for corner in ("randread-4k", "randwrite-4k", "mix7030-4k", "seqread-128k", "seqwrite-128k")
 )
 TAIL_POINT = "sweep-reads-only-050"
+# The write journal's cost (issue 6): always_on against the same group without journaling, as
+# the least of the two queue depths.
+JOURNAL_COSTS = (
+    ("randwrite-4k", "4K random write", 0.20),
+    ("seqwrite-128k", "128K seq write", 0.05),
+)
 
 
 @dataclass
@@ -103,6 +109,22 @@ def check(figures: dict[tuple[str, str, str], Figure]) -> list[Goal]:
                     f"{level.upper()} degraded {label} QD32 >= {threshold:.1f}x optimal",
                     ratio(value(level, point, state="degraded"), value(level, point)),
                     threshold,
+                )
+            )
+
+    for level in ("raid5", "raid6"):
+        for corner, label, cost in JOURNAL_COSTS:
+            ratios = [
+                ratio(value(f"{level}-journal", f"{corner}-qd{qd}"), value(level, f"{corner}-qd{qd}"))
+                for qd in (1, 32)
+            ]
+            ratios = [r for r in ratios if r is not None]
+            goals.append(
+                at_least(
+                    f"{level.upper()} journal always_on {label}: cost <= {cost:.0%} "
+                    f"(>= {1 - cost:.2f}x journal off; lower of QD1, QD32)",
+                    min(ratios) if ratios else None,
+                    1 - cost,
                 )
             )
 

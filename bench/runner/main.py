@@ -59,6 +59,9 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
                         help="configurations to measure (default: all): " + ", ".join(catalog.ALL_NAMES))
     parser.add_argument("--states", default=",".join(catalog.LIFECYCLE_STATES),
                         help="lifecycle states of the RAID5/RAID6 groups (default: all)")
+    parser.add_argument("--corners", default=",".join(corner.key for corner in CORNERS),
+                        help="corners to measure (default: all): "
+                        + ", ".join(corner.key for corner in CORNERS))
     parser.add_argument("--sweep-targets", default="raid5,baseline,btrfs-raid5,memory",
                         help="targets of the latency-vs-IOPS sweep ('' for none)")
     parser.add_argument("--sweep-fractions",
@@ -94,6 +97,11 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
     options.sweep_fractions = [float(value) for value in name_list(fractions)]
     options.targets = name_list(options.targets)
     options.states = name_list(options.states)
+    options.corners = name_list(options.corners)
+    known_corners = [corner.key for corner in CORNERS]
+    for corner in options.corners:
+        if corner not in known_corners:
+            parser.error(f"unknown corner {corner!r}; known: {', '.join(known_corners)}")
     options.sweep_targets = name_list(options.sweep_targets)
     for name in options.targets + options.sweep_targets:
         if name not in catalog.SPEC_BY_NAME:
@@ -159,7 +167,7 @@ class Bench:
     def plan(self, targets: list) -> list:
         options = self.options
         steps = []
-        corners = corner_points()
+        corners = corner_points(keys=options.corners)
         if "optimal" in options.states:
             steps += self.interleaved(targets, "optimal", corners)
             sweepers = [t for t in targets if t.name in options.sweep_targets]
@@ -284,6 +292,7 @@ def main(argv: list[str]) -> int:
             "devices": options.devices,
             "targets": options.targets,
             "states": options.states,
+            "corners": options.corners,
             "sweep_targets": options.sweep_targets,
             "sweep_fractions": options.sweep_fractions,
             "write_stream_iops": options.write_stream_iops,

@@ -213,6 +213,7 @@ class TesseraTarget:
         daemon: TesseraDaemon,
         memory_members: bool = False,
         chunk: str = "64K",
+        journal: str | None = None,
     ):
         self.name = name
         self.label = label
@@ -221,6 +222,8 @@ class TesseraTarget:
         self.daemon = daemon
         self.memory_members = memory_members
         self.chunk = chunk
+        # Journal mode for `dg create --journal`; None keeps the default.
+        self.journal = journal
         self.pd_ids: list[int] = []
         self.dg_id = -1
         self.uri = ""
@@ -249,6 +252,7 @@ class TesseraTarget:
             self.chunk,
             "--name",
             f"dg-{self.name}",
+            *(["--journal", self.journal] if self.journal else []),
             *[str(pd) for pd in self.pd_ids],
         )
         self.dg_id = group["id"]

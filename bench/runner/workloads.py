@@ -92,8 +92,18 @@ class Point:
         return streams
 
 
-def corner_points(queue_depths=QUEUE_DEPTHS) -> list[Point]:
-    return [Point(corner, iodepth) for iodepth in queue_depths for corner in CORNERS]
+def corner_points(queue_depths=QUEUE_DEPTHS, keys: list[str] | None = None) -> list[Point]:
+    """The corners at each queue depth; `keys` keeps only those corners."""
+    known = {corner.key for corner in CORNERS}
+    unknown = sorted(set(keys or []) - known)
+    if unknown:
+        raise ValueError(f"unknown corners {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    return [
+        Point(corner, iodepth)
+        for iodepth in queue_depths
+        for corner in CORNERS
+        if keys is None or corner.key in keys
+    ]
 
 
 def sweep_points(fractions: list[float]) -> list[Point]:

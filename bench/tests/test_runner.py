@@ -75,6 +75,14 @@ class Workloads(unittest.TestCase):
         self.assertIn("mix7030-4k-qd1", keys)
         self.assertIn("seqwrite-128k-qd32", keys)
 
+    def test_corner_subset_keeps_both_depths(self):
+        keys = [point.key for point in corner_points(keys=["randwrite-4k", "seqwrite-128k"])]
+        self.assertEqual(
+            keys, ["randwrite-4k-qd1", "seqwrite-128k-qd1", "randwrite-4k-qd32", "seqwrite-128k-qd32"]
+        )
+        with self.assertRaises(ValueError):
+            corner_points(keys=["randwrite-8k"])
+
     def test_sweep_steps_end_unlimited_and_repeat_with_writes(self):
         points = sweep_points([0.5, 0.25])
         self.assertEqual(
@@ -173,6 +181,24 @@ class Goals(unittest.TestCase):
         degraded = next(g for g in checked if g.requirement.startswith("RAID5 degraded 128K"))
         self.assertFalse(degraded.passed)  # 0.69 < 0.7
         self.assertEqual(degraded.measured, "0.69x")
+
+    def test_journal_cost_takes_the_worse_queue_depth(self):
+        figures = {
+            ("raid5", "optimal", "randwrite-4k-qd1"): figure(iops=100.0),
+            ("raid5-journal", "optimal", "randwrite-4k-qd1"): figure(iops=85.0),
+            ("raid5", "optimal", "randwrite-4k-qd32"): figure(iops=1000.0),
+            ("raid5-journal", "optimal", "randwrite-4k-qd32"): figure(iops=790.0),
+            ("raid5", "optimal", "seqwrite-128k-qd32"): figure(iops=100.0),
+            ("raid5-journal", "optimal", "seqwrite-128k-qd32"): figure(iops=96.0),
+        }
+        checked = goals.check(figures)
+        random_write = next(g for g in checked if g.requirement.startswith("RAID5 journal always_on 4K"))
+        self.assertEqual(random_write.measured, "0.79x")
+        self.assertFalse(random_write.passed)  # a 21% cost at QD32 > 20%
+        sequential = next(g for g in checked if g.requirement.startswith("RAID5 journal always_on 128K"))
+        self.assertTrue(sequential.passed)  # 4% <= 5%
+        raid6 = next(g for g in checked if g.requirement.startswith("RAID6 journal always_on 4K"))
+        self.assertIsNone(raid6.passed)
 
 
 if __name__ == "__main__":
