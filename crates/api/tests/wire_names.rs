@@ -80,7 +80,10 @@ fn objects_have_the_documented_keys() {
         keys(&dg["last_scrub"]),
         documented("repair finished_unix_ms completed mismatches repaired unrecoverable")
     );
-    assert_eq!(keys(&dg["journal"]), documented("mode placement pd"));
+    assert_eq!(
+        keys(&dg["journal"]),
+        documented("mode placement pd active covering area_bytes")
+    );
     assert_eq!(
         keys(&dg["bad_ranges"][0]),
         documented("offset_bytes len_bytes")

@@ -220,14 +220,27 @@ fn serve_options_come_from_flags_then_environment_then_defaults() {
     assert_eq!(options.http_listen.as_deref(), Some("127.0.0.1:9100"));
     assert_eq!(ParityEngine::Auto.name(), "auto");
 
-    // The stub daemon answers "not implemented yet": exit 1 with one line. Defaults and the
-    // environment are shown by --help, checked below in a child process so this process's
-    // environment stays untouched.
+    // A daemon that cannot set up its API socket exits 1, its last line naming the path (the
+    // parent of the socket is a character device, so not even root can create it). Defaults
+    // and the environment are shown by --help, checked below in a child process so this
+    // process's environment stays untouched.
+    let state = tempfile::tempdir().expect("state dir");
     let run = tessera(
-        std::path::Path::new("/nonexistent/api.sock"),
-        &["serve", "--state-dir", "/tmp/x"],
+        std::path::Path::new("/dev/null/api.sock"),
+        &[
+            "serve",
+            "--state-dir",
+            state.path().to_str().expect("utf-8 path"),
+        ],
     );
-    assert_eq!(run.fails(1), "tessera: serve: not implemented yet");
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(
+        run.stderr.lines().last(),
+        Some(
+            "tessera: serve: management API: cannot create directory /dev/null: File exists (os error 17)"
+        ),
+        "{run:?}"
+    );
 
     let help = tessera(std::path::Path::new("/e/api.sock"), &["serve", "--help"]).ok();
     for expected in [
@@ -286,7 +299,7 @@ fn wrong_input_is_one_line_naming_the_problem() {
         ),
         (
             "dg set 0",
-            "`tessera dg set` needs one of --rebuild-rate, --scrub-rate, --journal (see `tessera dg set --help`)",
+            "`tessera dg set` needs one of --rebuild-rate, --scrub-rate, --journal, --rebuild-latency-target (see `tessera dg set --help`)",
         ),
         (
             "dg set 0 --rebuild-rate 0",

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub const TESSERA: &str = env!("CARGO_BIN_EXE_tessera");
@@ -180,6 +180,18 @@ impl Daemon {
         format!("nbd+unix:///{vd}?socket={}", self.nbd_socket().display())
     }
 
+    /// The value of one series of the daemon's Prometheus metrics (`GET /metrics` on the API
+    /// socket), e.g. `tessera_dg_host_write_bytes_total{dg="0"}`; `None` if it is not there.
+    pub fn metric(&self, series: &str) -> Option<u64> {
+        let text = tessera_api::Client::new(self.api_socket())
+            .metrics()
+            .unwrap_or_else(|e| panic!("GET /metrics: {e}\ndaemon log:\n{}", self.log()));
+        text.lines().find_map(|line| {
+            let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+            Some(value.trim().parse::<f64>().ok()? as u64)
+        })
+    }
+
     pub fn group_members(&self, dg: &str) -> Vec<serde_json::Value> {
         self.json(&["dg", "describe", dg])["members"]
             .as_array()
@@ -223,6 +235,23 @@ pub fn have(tool: &str) -> bool {
         eprintln!("SKIPPED: {tool} is not installed (scripts/setup.sh installs it)");
     }
     found
+}
+
+/// Waits for a child process to exit, at most `timeout`; kills it and returns `None` when it
+/// does not.
+pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Runs an external command that must succeed; returns stdout.
