@@ -5,7 +5,8 @@
 //! 4 KiB random write, 128 KiB sequential write. Groups: RAID5 4+1 and RAID6 4+2, and beside each
 //! the same workload with no redundancy over the same members (RAID0 through the same engine, so
 //! the ratio isolates what redundancy costs). Prints IOPS, GB/s and the ratio; `--json` prints
-//! one JSON array.
+//! one JSON array. `--journal` measures instead the write journal's cost: the write workloads
+//! with the journal `always_on` against the same group with it off.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +29,7 @@ struct Bench {
 }
 
 impl Bench {
-    fn new(level: Level, members: usize) -> Bench {
+    fn new(level: Level, members: usize, journal_mode: JournalMode) -> Bench {
         let spec = CreateSpec {
             group_uuid: Uuid([9; 16]),
             name: "bench".into(),
@@ -39,8 +40,8 @@ impl Bench {
                 .collect(),
             created_unix_seconds: 0,
             region_bytes: Some(64 << 20),
-            journal_bytes: Some(1 << 20),
-            journal_mode: JournalMode::AlwaysOff,
+            journal_bytes: Some(8 << 20),
+            journal_mode,
             rebuild_rate_percent: 30,
             config: Vec::new(),
         };
@@ -227,6 +228,7 @@ impl Workload {
 
 fn main() {
     let json = std::env::args().any(|a| a == "--json");
+    let journal = std::env::args().any(|a| a == "--journal");
     let seconds: f64 = std::env::args()
         .skip_while(|a| a != "--seconds")
         .nth(1)
@@ -235,9 +237,13 @@ fn main() {
     let duration = Duration::from_secs_f64(seconds);
     let mut rows = Vec::new();
     for (level, members, parity) in [(Level::Raid5, 5usize, 1usize), (Level::Raid6, 6, 2)] {
-        let mut raid = Bench::new(level, members);
+        if journal {
+            journal_cost(level, members, parity, duration, json, &mut rows);
+            continue;
+        }
+        let mut raid = Bench::new(level, members, JournalMode::AlwaysOff);
         raid.precondition();
-        let mut plain = Bench::new(Level::Raid0, members);
+        let mut plain = Bench::new(Level::Raid0, members, JournalMode::AlwaysOff);
         plain.precondition();
         for workload in [
             Workload::RandomRead,
@@ -281,5 +287,49 @@ fn main() {
     }
     if json {
         println!("[{}]", rows.join(",\n"));
+    }
+}
+
+/// The write workloads with the journal always on against the same group without it.
+/// Members here are memory, so this is the journal's CPU cost (entry copies, checksums, group
+/// commit); on drives its extra writes and flushes add to it.
+fn journal_cost(
+    level: Level,
+    members: usize,
+    parity: usize,
+    duration: Duration,
+    json: bool,
+    rows: &mut Vec<String>,
+) {
+    let mut off = Bench::new(level, members, JournalMode::AlwaysOff);
+    off.precondition();
+    let mut on = Bench::new(level, members, JournalMode::AlwaysOn);
+    on.precondition();
+    for workload in [Workload::RandomWrite, Workload::SequentialWrite] {
+        // Alternate short runs so a drifting machine affects both sides alike.
+        let (mut on_ops, mut on_s, mut off_ops, mut off_s) = (0, 0.0, 0, 0.0);
+        for _ in 0..4 {
+            let (ops, _, seconds) = on.run(workload, duration / 4);
+            on_ops += ops;
+            on_s += seconds;
+            let (ops, _, seconds) = off.run(workload, duration / 4);
+            off_ops += ops;
+            off_s += seconds;
+        }
+        let (on_iops, off_iops) = (on_ops as f64 / on_s, off_ops as f64 / off_s);
+        let ratio = on_iops / off_iops;
+        let name = format!("{level} {}+{parity}", members - parity);
+        rows.push(format!(
+            "{{\"group\":\"{name}\",\"workload\":\"{}\",\"journal_iops\":{on_iops:.0},\"no_journal_iops\":{off_iops:.0},\"ratio\":{ratio:.3},\"cost\":{:.3}}}",
+            workload.name(),
+            1.0 - ratio
+        ));
+        if !json {
+            println!(
+                "{name} {:<22} journal always_on {on_iops:>9.0} IOPS | off {off_iops:>9.0} IOPS | ratio {ratio:.2} (cost {:.0}%)",
+                workload.name(),
+                (1.0 - ratio) * 100.0
+            );
+        }
     }
 }
