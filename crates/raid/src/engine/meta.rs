@@ -275,10 +275,12 @@ impl Engine {
             engine.request_superblock_update();
         }
         engine.startup.steps.push_back(StartStep::LoadBitmap);
-        if engine.superblock.journal_covering
-            && !engine.superblock.clean
-            && engine.geometry.parity_chunks() > 0
-        {
+        // The journal is scanned at every assembly, not only after a crash with the journal
+        // covering: the superblock may still say "clean" while batches of the last run exist
+        // (journaling can begin before the write marking the group unclean is durable), and a
+        // run must number its batches above every batch still in the rings, or a stale batch
+        // could later pass for a new one.
+        if engine.geometry.parity_chunks() > 0 && engine.journal.ring_bytes > 0 {
             engine.startup.steps.push_back(StartStep::ReplayJournal);
         }
         engine.pump();
@@ -322,6 +324,7 @@ impl Engine {
                     chunk_bytes: geometry.chunk_bytes(),
                     rows: Default::default(),
                 },
+                data_bytes: superblock.member_data_bytes,
             },
             pool,
             zero_buffer,

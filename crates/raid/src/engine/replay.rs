@@ -1,6 +1,7 @@
 //! Journal replay at assembly, before the group serves I/O: scan every present member's
-//! journal area for valid batches, redo the entries above the retirement point in sequence
-//! order, recompute the parity of stripes that had full-stripe writes in flight, flush, and
+//! journal area for valid batches (at every assembly, so new batches are numbered above all
+//! found), and if the superblock says the journal covers the group, redo the entries above
+//! the retirement point in sequence order, recompute the parity of stripes that had full-stripe writes in flight, flush, and
 //! only then trust the stripes (clear the regions awaiting resync).
 //!
 //! A crash during replay leaves the journal as it was (replay writes only data areas and the
@@ -31,6 +32,9 @@ enum ReplayStage {
 
 pub(crate) struct Replay {
     stage: ReplayStage,
+    /// The superblock vouches for the journal: its batches are applied. Otherwise the scan only
+    /// learns the highest sequence number in the rings.
+    apply: bool,
     /// Scans in flight.
     scans_pending: u32,
     /// Windows waiting for buffer space: member and offset in its journal area.
@@ -62,6 +66,7 @@ impl Engine {
     pub(super) fn start_journal_replay(&mut self) {
         self.journal.replay = Some(Replay {
             stage: ReplayStage::Scanning,
+            apply: self.superblock.journal_covering,
             scans_pending: 0,
             scan_queue: VecDeque::new(),
             found: BTreeMap::new(),
@@ -206,8 +211,11 @@ impl Engine {
                     let floor = replay
                         .max_retired_below
                         .max(self.superblock.journal_floor_sequence);
-                    let sequences: Vec<u64> =
-                        replay.found.range(floor..).map(|(&s, _)| s).collect();
+                    let sequences: Vec<u64> = if replay.apply {
+                        replay.found.range(floor..).map(|(&s, _)| s).collect()
+                    } else {
+                        Vec::new()
+                    };
                     for &sequence in &sequences {
                         for &stripe in &replay.found[&sequence].intents {
                             replay.last_intent.insert(stripe, sequence);
@@ -428,6 +436,15 @@ impl Engine {
 
     fn finish_replay(&mut self) {
         let replay = self.journal.replay.take().expect("replay");
+        if !replay.apply {
+            // Nothing was vouched for: the bitmap's resync makes the stripes consistent. From
+            // here on, sequence numbers start above everything found.
+            self.superblock.journal_floor_sequence = self.journal.next_sequence;
+            self.journal.durable_retired_below = self.journal.next_sequence;
+            self.request_superblock_update();
+            self.startup_after_replay();
+            return;
+        }
         if !replay.incomplete && !self.regions.bitmap_guessed() {
             // Every stripe is consistent again: nothing needs resync, and a member lost from
             // now on is recovered from parity.
