@@ -113,6 +113,8 @@ pub(crate) struct RebuiltAhead {
 pub(crate) struct Members {
     pub list: Vec<Member>,
     pub ahead: RebuiltAhead,
+    /// Bytes of each member's data area: a rebuild position at its end is a member in sync.
+    pub data_bytes: u64,
 }
 
 impl Members {
@@ -155,9 +157,23 @@ impl Members {
             .any(|member| member.role == Some(role) && member.state == MemberState::Active)
     }
 
-    /// Roles without an active member.
+    /// Roles that no member holds in sync everywhere: neither an active member nor one whose
+    /// rebuild reached the end (recorded, but not yet declared active when a crash came).
     pub(crate) fn unavailable_roles(&self, roles: usize) -> Vec<bool> {
-        (0..roles).map(|role| !self.role_active(role)).collect()
+        (0..roles)
+            .map(|role| {
+                !self.list.iter().any(|member| {
+                    member.role == Some(role)
+                        && match member.state {
+                            MemberState::Active => true,
+                            MemberState::Rebuilding { position_bytes } => {
+                                position_bytes >= self.data_bytes
+                            }
+                            MemberState::Failed(_) | MemberState::Spare => false,
+                        }
+                })
+            })
+            .collect()
     }
 
     /// Members carrying metadata (superblock and bitmap copies).
