@@ -591,8 +591,9 @@ impl Engine {
             }
             let region = self.regions.region_of_stripe(stripe, &self.geometry);
             let cursor = self.background.scrub.as_mut().expect("scrub cursor");
-            if !self.regions.is_written(region) {
-                // Skip the whole region: it holds no data.
+            if !self.regions.is_written(region) || self.regions.is_unsynced(region) {
+                // Skip the whole region: it holds no data, or a crash may have left its stripes
+                // torn, which is not damage to locate and repair: resync recomputes their parity.
                 cursor.next_stripe = self.regions.stripes(region, &self.geometry).end;
                 progressed = true;
                 continue;
