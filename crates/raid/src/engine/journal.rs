@@ -378,6 +378,7 @@ impl Engine {
         }
         let mut progressed = self.pump_coverage();
         progressed |= self.checkpoint_durable();
+        progressed |= self.release_open_entries_of_failed_group();
         while self.journal.committing < MAX_BATCHES_IN_FLIGHT && !self.journal.open.is_empty() {
             if !self.seal_batch() {
                 break;
@@ -492,6 +493,23 @@ impl Engine {
                 true
             }
         }
+    }
+
+    /// A failed group has nowhere to journal and nothing left to protect: entries waiting for a
+    /// batch go on without one, so their ops finish (and fail) instead of waiting forever.
+    fn release_open_entries_of_failed_group(&mut self) -> bool {
+        if self.journal.open.is_empty()
+            || self.members.group_state(&self.geometry) != GroupState::Failed
+        {
+            return false;
+        }
+        for entry in std::mem::take(&mut self.journal.open) {
+            if let Some(op) = self.ops.get_mut(entry.op) {
+                op.journal_committed = true;
+                self.ready.push_back(entry.op);
+            }
+        }
+        true
     }
 
     /// Members for the copies of a batch of `len` bytes, with where it goes on each; `None`
