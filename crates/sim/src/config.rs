@@ -112,6 +112,21 @@ impl Config {
             ]),
             crash_loss_chance: *rng.pick(&[0u64, 300_000, 700_000]),
         }
+        .with_overrides()
+    }
+
+    /// `TESSERA_SIM_JOURNAL=always_on|degrade_only|always_off` replaces the seed's journal mode
+    /// (to tell whether a failure depends on it); nothing else changes.
+    fn with_overrides(mut self) -> Config {
+        if let Ok(mode) = std::env::var("TESSERA_SIM_JOURNAL") {
+            self.journal_mode = match mode.as_str() {
+                "always_on" => JournalMode::AlwaysOn,
+                "degrade_only" => JournalMode::DegradeOnly,
+                "always_off" => JournalMode::AlwaysOff,
+                other => panic!("TESSERA_SIM_JOURNAL={other}: not a journal mode"),
+            };
+        }
+        self
     }
 }
 

@@ -1152,7 +1152,14 @@ impl World {
             }
             if self.now_us > deadline {
                 return Err(format!(
-                    "liveness: not settled after 600 s of simulated time (state {state})"
+                    "liveness: not settled after 600 s of simulated time (state {state}; in flight {}, idle {}, background {}, queue {}, repair {:?}; engine: {}; journal: {:?})",
+                    self.in_flight.len(),
+                    engine.is_idle(),
+                    engine.has_background_work(),
+                    self.queue.len(),
+                    self.repair_at,
+                    engine.debug_summary(),
+                    engine.journal_status(),
                 ));
             }
         }

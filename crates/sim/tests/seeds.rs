@@ -6,6 +6,10 @@ use tessera_sim::run_seed;
 /// Seeds that found bugs: each must pass forever.
 const REGRESSIONS: &[u64] = &[
     1, 12, 15, 35, 53, 78, 81, 90, 99, 125, 141, 153, 175, 240, 1426, 1664, 2277, 2418, 2892, 3452,
+    // Journal and crash-with-loss faults: stale batches numbered like new ones, a rebuild
+    // finished but not yet declared, scrub of torn stripes, entries of a failed group.
+    517, 534, 635, 1172, 2329, 2560, 4244, 4341, 4494, 4500, 4705, 4982, 4986, 5274, 6412, 6921,
+    7084, 7122, 7300, 7596, 7867, 8626, 9631,
 ];
 
 fn check(seeds: impl IntoIterator<Item = u64>) {
