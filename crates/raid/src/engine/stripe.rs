@@ -1175,7 +1175,11 @@ impl Engine {
                         .map(|&(which, buffer, start)| (Column::Parity(which), start, buffer)),
                 )
                 .collect();
-            op.full_stripe = full_stripe;
+            // An intent (no contents) is enough only if every column is written: then replay
+            // can recompute parity from the data on the members. On a degraded stripe the data
+            // of a missing column lives only in parity, which a torn write leaves useless, so
+            // the contents go into the journal.
+            op.full_stripe = full_stripe && self.stripe_fully_writable(op.stripe);
         }
         for fragment in &fragments {
             for (member, offset) in self.column_writers(op.stripe, Column::Data(fragment.index)) {
