@@ -334,7 +334,7 @@ impl Engine {
                 .as_mut()
                 .expect("rebuild cursor")
                 .in_flight += 1;
-            let id = self.ops.insert(op);
+            let id = self.ops.insert(Box::new(op));
             if self.locks.acquire(stripe, id) {
                 self.ops.get_mut(id).expect("new op").stage = Stage::Gate;
                 self.ready.push_back(id);
@@ -489,7 +489,9 @@ impl Engine {
                 return progressed;
             }
             cursor.current = Some((region, next + 1, end, in_flight + 1));
-            let id = self.ops.insert(StripeOp::new(next, region, Kind::Resync));
+            let id = self
+                .ops
+                .insert(Box::new(StripeOp::new(next, region, Kind::Resync)));
             if self.locks.acquire(next, id) {
                 self.ops.get_mut(id).expect("new op").stage = Stage::Gate;
                 self.ready.push_back(id);
@@ -600,9 +602,11 @@ impl Engine {
             }
             cursor.next_stripe += 1;
             cursor.in_flight += 1;
-            let id = self
-                .ops
-                .insert(StripeOp::new(stripe, region, Kind::Scrub { repair }));
+            let id = self.ops.insert(Box::new(StripeOp::new(
+                stripe,
+                region,
+                Kind::Scrub { repair },
+            )));
             if self.locks.acquire(stripe, id) {
                 self.ops.get_mut(id).expect("new op").stage = Stage::Gate;
                 self.ready.push_back(id);

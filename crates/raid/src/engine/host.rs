@@ -286,7 +286,7 @@ impl Engine {
         let candidate = self.locks.last_waiting(stripe).or_else(|| {
             self.locks
                 .holder(stripe)
-                .filter(|&op| self.ops.get(op).is_some_and(StripeOp::is_gathering))
+                .filter(|&op| self.ops.get(op).is_some_and(|op| op.is_gathering()))
         });
         if let Some(op_id) = candidate {
             let op = self.ops.get_mut(op_id).expect("queued op is live");
@@ -304,7 +304,7 @@ impl Engine {
         let region = self.regions.region_of_stripe(stripe, &self.geometry);
         let op = StripeOp::new(stripe, region, Kind::write(fragments));
         let full = op.covers_full_stripe(self.geometry.data_chunks(), self.geometry.chunk_bytes());
-        let op_id = self.ops.insert(op);
+        let op_id = self.ops.insert(Box::new(op));
         if self.locks.acquire(stripe, op_id) {
             let op = self.ops.get_mut(op_id).expect("new op is live");
             if sequential
@@ -438,7 +438,7 @@ impl Engine {
             piece.region,
             Kind::recover(request, piece, target, repair_member),
         );
-        let op_id = self.ops.insert(op);
+        let op_id = self.ops.insert(Box::new(op));
         if self.locks.acquire(piece.stripe, op_id) {
             self.ops.get_mut(op_id).expect("new op is live").stage = Stage::Gate;
             self.ready.push_back(op_id);

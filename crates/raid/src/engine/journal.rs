@@ -5,13 +5,14 @@
 //! What is journaled and why it is safe is in `docs/fault-model.md`; the batch format is in
 //! `crate::journal`; replay after a crash is in `replay.rs`.
 
+use super::hashing::NumberMap;
 use super::stripe::Stage;
 use super::{Engine, GroupState, MemberError, MemberOp, OpId, Owner};
 use crate::geometry::Column;
 use crate::journal::{self as format, BATCH_ALIGN_BYTES, EntryDescriptor, EntryKind};
 use crate::layout::min_journal_bytes;
 use crate::superblock::JournalMode;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use tessera_buffer::{BufferId, BufferSlice};
 
 /// Batches being written at once; while they are, new entries gather into the next batch.
@@ -140,9 +141,9 @@ pub(crate) struct Journal {
     /// goes below it, so the space of batches under it may be reused.
     pub(crate) durable_retired_below: u64,
     /// Full-stripe writes not yet retired, by stripe.
-    intents: HashMap<u64, u64>,
+    intents: NumberMap<u64>,
     /// The newest batch touching each region, until it is below the durable retirement point.
-    region_sequences: HashMap<u64, u64>,
+    region_sequences: NumberMap<u64>,
     /// Partial writes waiting for a full-stripe write on their stripe to retire.
     intent_waiters: Vec<OpId>,
     /// New stripe updates are journaled.
@@ -186,8 +187,8 @@ impl Journal {
             batches: BTreeMap::new(),
             committing: 0,
             durable_retired_below: floor,
-            intents: HashMap::new(),
-            region_sequences: HashMap::new(),
+            intents: NumberMap::default(),
+            region_sequences: NumberMap::default(),
             intent_waiters: Vec::new(),
             active: covering,
             coverage: if covering {

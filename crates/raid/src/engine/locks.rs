@@ -2,7 +2,8 @@
 //! to one stripe run one at a time, in arrival order; different stripes run in parallel.
 
 use super::OpId;
-use std::collections::{HashMap, VecDeque};
+use super::hashing::NumberMap;
+use std::collections::VecDeque;
 
 #[derive(Default)]
 struct Entry {
@@ -12,7 +13,7 @@ struct Entry {
 
 #[derive(Default)]
 pub(crate) struct StripeLocks {
-    stripes: HashMap<u64, Entry>,
+    stripes: NumberMap<Entry>,
 }
 
 impl StripeLocks {

@@ -204,6 +204,28 @@ impl Members {
 
     /// The state operators see, from member health alone (resync is layered on top).
     pub(crate) fn group_state(&self, geometry: &Geometry) -> GroupState {
+        // The common case, asked on every event: every role held by an active member and no
+        // rebuild. Decided without allocating.
+        let roles = geometry.members();
+        if roles <= 64 {
+            let mut active = 0u64;
+            let mut rebuilding = false;
+            for member in &self.list {
+                match (member.state, member.role) {
+                    (MemberState::Active, Some(role)) => active |= 1 << role,
+                    (MemberState::Rebuilding { .. }, _) => rebuilding = true,
+                    _ => {}
+                }
+            }
+            let all = if roles == 64 {
+                u64::MAX
+            } else {
+                (1 << roles) - 1
+            };
+            if active == all && !rebuilding {
+                return GroupState::Optimal;
+            }
+        }
         let unavailable = self.unavailable_roles(geometry.members());
         if !geometry.survives(&unavailable) {
             GroupState::Failed

@@ -7,6 +7,7 @@
 
 mod background;
 mod compute;
+mod hashing;
 mod host;
 mod journal;
 mod locks;
@@ -220,7 +221,8 @@ pub struct Engine {
     requests: Slab<Request>,
     /// Host requests not yet admitted (engine starting, or no buffer space).
     deferred: VecDeque<HostRequest>,
-    ops: Slab<StripeOp>,
+    // Boxed: an op moves out of its slot and back on every step, and it is large.
+    ops: Slab<Box<StripeOp>>,
     locks: StripeLocks,
     regions: Regions,
     journal: journal::Journal,

@@ -2,10 +2,11 @@
 //! bitmap, zero-fill of a region before its first write, and lazy clearing of dirty bits.
 //! See `crate::bitmap` for what the bits mean and how blocks are stored.
 
+use super::hashing::NumberMap;
 use super::{Engine, MemberOp, OpId, Owner};
 use crate::bitmap::{self, Bits, REGIONS_PER_BLOCK};
 use crate::geometry::{Column, Geometry};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use tessera_buffer::{BufferId, BufferSlice};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,7 +65,7 @@ pub(crate) struct Regions {
     durable_dirty: Bits,
     unsynced: Bits,
     zero_fills: BTreeMap<u64, ZeroFillStage>,
-    in_flight: HashMap<u64, u32>,
+    in_flight: NumberMap<u32>,
     activity: BTreeMap<u64, Activity>,
     /// `activity` ordered by when each region is next looked at for clearing.
     clear_queue: BTreeSet<(u64, u64)>,
@@ -101,7 +102,7 @@ impl Regions {
             durable_dirty: Bits::new(count),
             unsynced: Bits::new(count),
             zero_fills: BTreeMap::new(),
-            in_flight: HashMap::new(),
+            in_flight: NumberMap::default(),
             activity: BTreeMap::new(),
             clear_queue: BTreeSet::new(),
             blocks: (0..blocks).map(|_| Block::default()).collect(),

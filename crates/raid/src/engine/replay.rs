@@ -412,7 +412,7 @@ impl Engine {
             let region = self.regions.region_of_stripe(stripe, &self.geometry);
             let mut op = StripeOp::new(stripe, region, Kind::Resync);
             op.journal_replay = true;
-            let id: Key = self.ops.insert(op);
+            let id: Key = self.ops.insert(Box::new(op));
             if self.locks.acquire(stripe, id) {
                 self.ops.get_mut(id).expect("new op").stage = Stage::Gate;
                 self.ready.push_back(id);

@@ -319,17 +319,18 @@ impl Engine {
         member: usize,
         result: Result<(), MemberError>,
     ) {
-        let mut op = self.ops.take(id).expect("stripe op in flight");
-        op.pending_io -= 1;
+        // Only the last completion moves the op out of its slot (a large struct) to step it.
+        let entry = self.ops.get_mut(id).expect("stripe op in flight");
+        entry.pending_io -= 1;
         if let (IoPurpose::Read, Err(_)) = (purpose, result) {
-            op.unreadable |= 1 << member;
-            op.read_failed = true;
+            entry.unreadable |= 1 << member;
+            entry.read_failed = true;
         }
-        let alive = if op.pending_io == 0 {
-            self.step_op(id, &mut op)
-        } else {
-            true
-        };
+        if entry.pending_io > 0 {
+            return;
+        }
+        let mut op = self.ops.take(id).expect("stripe op in flight");
+        let alive = self.step_op(id, &mut op);
         if alive {
             self.ops.put_back(id, op);
         } else {
