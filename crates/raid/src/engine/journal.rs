@@ -442,7 +442,16 @@ impl Engine {
                     self.journal.coverage = Coverage::Off;
                     return true;
                 }
+                // Batches below the floor (from an earlier period of journaling) will not be
+                // replayed once coverage is recorded: their in-place writes must be finished
+                // before the flush that makes them durable starts, like unjournaled writes.
+                let earlier_in_flight = self
+                    .journal
+                    .batches
+                    .range(..floor)
+                    .any(|(_, batch)| !matches!(batch.stage, BatchStage::Done { .. }));
                 if self.journal.unjournaled_writes > 0
+                    || earlier_in_flight
                     || self.background.resync_pending()
                     || self.regions.unsynced_count() > 0
                 {
