@@ -16,6 +16,8 @@ packages=(
   qemu-system-x86
   # the benchmark suite's runner and its plots
   python3 python3-venv
+  # the web dashboard's end-to-end test renders it in headless Chromium
+  chromium
 )
 
 missing=()

@@ -14,14 +14,21 @@ use crate::model::{ApiError, DgRef, Empty, ErrorBody, ErrorCode, ScrubDg, valida
 
 const JSON: &str = "application/json";
 const METRICS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+const HTML: &str = "text/html; charset=utf-8";
+
+/// The read-only web dashboard (`GET /`): one self-contained page (inline CSS and JS) that polls
+/// the read-only endpoints and `/metrics`.
+pub const DASHBOARD_HTML: &str = include_str!("dashboard.html");
 
 /// Which endpoints a router serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
-    /// Every endpoint (the management socket).
+    /// Every API endpoint (the management socket); not the dashboard.
     Management,
-    /// Only `GET /metrics` (an unauthenticated TCP listener).
-    MetricsOnly,
+    /// Only reads (an unauthenticated TCP listener): `GET /` (the dashboard), `GET /metrics`,
+    /// and `GET` of physical drives, drive groups, virtual drives and events. Any other method
+    /// is 405; any other path is 404.
+    ReadOnly,
 }
 
 /// A physical-drive action under `/v1/pds/{id}/`.
@@ -35,6 +42,7 @@ enum PdAction {
 /// A path the API knows.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Route {
+    Dashboard,
     Metrics,
     Info,
     Pds,
@@ -52,12 +60,28 @@ impl Route {
     /// The methods the path allows, as an `Allow` header value.
     fn allowed(&self) -> &'static str {
         match self {
-            Route::Metrics | Route::Info | Route::Events => "GET",
+            Route::Dashboard | Route::Metrics | Route::Info | Route::Events => "GET",
             Route::Pds | Route::Dgs | Route::Vds => "GET, POST",
             Route::Pd(_) | Route::Vd(_) => "GET, DELETE",
             Route::PdAction(..) | Route::DgScrub(_) => "POST",
             Route::Dg(_) => "GET, DELETE, PATCH",
         }
+    }
+
+    /// Whether a read-only router (the TCP listener) serves the path (with `GET` only).
+    fn readable_remotely(&self) -> bool {
+        matches!(
+            self,
+            Route::Dashboard
+                | Route::Metrics
+                | Route::Events
+                | Route::Pds
+                | Route::Pd(_)
+                | Route::Dgs
+                | Route::Dg(_)
+                | Route::Vds
+                | Route::Vd(_)
+        )
     }
 }
 
@@ -77,6 +101,7 @@ fn parse_pd_id(text: &str) -> Result<u32, ApiError> {
 fn route(segments: &[String]) -> Result<Option<Route>, ApiError> {
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
     let route = match segments[..] {
+        [""] => Route::Dashboard,
         ["metrics"] => Route::Metrics,
         ["v1", "info"] => Route::Info,
         ["v1", "events"] => Route::Events,
@@ -178,11 +203,12 @@ impl Router {
         }
     }
 
-    /// A router serving only `GET /metrics`.
-    pub fn metrics_only(controller: Arc<dyn Controller>) -> Router {
+    /// A router serving only reads: the dashboard, `/metrics`, and `GET` of physical drives,
+    /// drive groups, virtual drives and events (see `Scope::ReadOnly`).
+    pub fn read_only(controller: Arc<dyn Controller>) -> Router {
         Router {
             controller,
-            scope: Scope::MetricsOnly,
+            scope: Scope::ReadOnly,
         }
     }
 
@@ -233,11 +259,18 @@ impl Router {
         let route = route(&segments)
             .map_err(|error| (error, None))?
             .ok_or_else(not_found)?;
-        if self.scope == Scope::MetricsOnly && route != Route::Metrics {
+        let read_only = self.scope == Scope::ReadOnly;
+        // The dashboard is the TCP listener's page; the management socket serves only the API.
+        let served = if read_only {
+            route.readable_remotely()
+        } else {
+            route != Route::Dashboard
+        };
+        if !served {
             return Err(not_found());
         }
         let query = Query::parse(query).map_err(|error| (error, None))?;
-        let allow = route.allowed();
+        let allow = if read_only { "GET" } else { route.allowed() };
         let wrong_method = || {
             (
                 ApiError::new(
@@ -250,6 +283,9 @@ impl Router {
                 Some(allow),
             )
         };
+        if read_only && method != "GET" {
+            return Err(wrong_method());
+        }
         self.call(&route, method, &query, body)
             .map_err(|error| (error, None))?
             .ok_or_else(wrong_method)
@@ -265,6 +301,12 @@ impl Router {
     ) -> Result<Option<Response>, ApiError> {
         let c = &*self.controller;
         let response = match (route, method) {
+            (Route::Dashboard, "GET") => Response {
+                status: 200,
+                content_type: HTML,
+                body: DASHBOARD_HTML.as_bytes().to_vec(),
+                allow: None,
+            },
             (Route::Metrics, "GET") => Response {
                 status: 200,
                 content_type: METRICS_TEXT,

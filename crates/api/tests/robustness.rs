@@ -328,12 +328,12 @@ fn idle_connections_are_closed() {
 }
 
 #[test]
-fn tcp_listener_serves_only_metrics() {
+fn tcp_listener_serves_only_reads() {
     let controller = Arc::new(FakeController::new());
     let server = ApiServer::bind_tcp(
         "127.0.0.1:0",
         ServerConfig::default(),
-        Router::metrics_only(controller),
+        Router::read_only(controller),
     )
     .unwrap();
     let ask = |request: &[u8]| {
@@ -348,7 +348,38 @@ fn tcp_listener_serves_only_metrics() {
         Some("text/plain; version=0.0.4; charset=utf-8")
     );
     assert!(answer.body.contains("tessera_physical_drives 0"));
-    let answer = ask(b"GET /v1/pds HTTP/1.1\r\nConnection: close\r\n\r\n");
+    let answer = ask(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n");
+    assert_eq!(answer.status, 200);
+    assert_eq!(
+        answer.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    assert!(answer.body.contains("<canvas"));
+    for path in ["/v1/pds", "/v1/dgs", "/v1/vds", "/v1/events?since=0"] {
+        let request = format!("GET {path} HTTP/1.1\r\nConnection: close\r\n\r\n");
+        let answer = ask(request.as_bytes());
+        assert_eq!(answer.status, 200, "GET {path}");
+        assert_eq!(answer.header("content-type"), Some("application/json"));
+    }
+    // Nothing that changes state, on a path that takes it on the socket or not.
+    for request in [
+        "POST /v1/pds HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+        "POST /v1/pds/0/fail HTTP/1.1\r\nConnection: close\r\n\r\n",
+        "DELETE /v1/dgs/0 HTTP/1.1\r\nConnection: close\r\n\r\n",
+        "PATCH /v1/dgs/0 HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+        "POST /v1/dgs/0/scrub HTTP/1.1\r\nConnection: close\r\n\r\n",
+    ] {
+        let answer = ask(request.as_bytes());
+        assert!(
+            answer.status == 405 || answer.status == 404,
+            "{request}: {}",
+            answer.status
+        );
+        if answer.status == 405 {
+            assert_eq!(answer.header("allow"), Some("GET"));
+        }
+    }
+    let answer = ask(b"GET /v1/info HTTP/1.1\r\nConnection: close\r\n\r\n");
     assert_eq!(answer.status, 404);
     server.shutdown();
 }

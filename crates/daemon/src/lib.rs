@@ -95,13 +95,33 @@ pub fn serve(options: ServeOptions) -> Result<(), String> {
         .name("data-plane".into())
         .spawn(move || plane.run())
         .map_err(|e| format!("cannot start the data plane: {e}"))?;
-    let router = tessera_api::router::Router::new(Arc::new(control::Control::new(handle)));
+    let controller: Arc<dyn tessera_api::controller::Controller> =
+        Arc::new(control::Control::new(handle));
+    let router = tessera_api::router::Router::new(Arc::clone(&controller));
     let api = tessera_api::server::ApiServer::bind_unix(
         &options.api_socket,
         tessera_api::server::ServerConfig::default(),
         router,
     )
     .map_err(|e| format!("management API: {e}"))?;
+    // The opt-in TCP listener: unauthenticated, so read-only (the dashboard, `/metrics` and
+    // the GETs the dashboard polls).
+    let http = match &options.http_listen {
+        Some(address) => {
+            let server = tessera_api::server::ApiServer::bind_tcp(
+                address,
+                tessera_api::server::ServerConfig::default(),
+                tessera_api::router::Router::read_only(controller),
+            )
+            .map_err(|e| format!("--http-listen {address}: {e}"))?;
+            log!(
+                "serving: dashboard and metrics on http://{}/",
+                server.local_address()
+            );
+            Some(server)
+        }
+        None => None,
+    };
     log!(
         "serving: API on {}, NBD on {}{}",
         options.api_socket.display(),
@@ -113,6 +133,9 @@ pub fn serve(options: ServeOptions) -> Result<(), String> {
             .unwrap_or_default()
     );
     let result = data_plane.join();
+    if let Some(http) = http {
+        http.shutdown();
+    }
     api.shutdown();
     result.map_err(|_| "the data plane stopped abnormally".to_string())
 }

@@ -1,7 +1,10 @@
 //! Prometheus text exposition of the daemon's state.
 
-use crate::plane::DataPlane;
+use crate::plane::{DataPlane, VdIo};
 use std::fmt::Write;
+
+/// A per-virtual-drive counter: name, help text, and its value as text.
+type VdSeries = (&'static str, &'static str, fn(&VdIo) -> String);
 
 impl DataPlane {
     pub fn metrics_text(&self) -> String {
@@ -57,6 +60,80 @@ impl DataPlane {
                 group.id, counters.member_write_bytes
             );
         }
+        for (name, help, field) in [
+            (
+                "tessera_dg_host_reads_total",
+                "Host reads answered by a drive group.",
+                (|c: &tessera_raid::engine::Counters| c.host_reads) as fn(&_) -> u64,
+            ),
+            (
+                "tessera_dg_host_writes_total",
+                "Host writes answered by a drive group.",
+                |c| c.host_writes,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            for group in self.groups.values() {
+                let counters = group.engine.status().counters;
+                let _ = writeln!(out, "{name}{{dg=\"{}\"}} {}", group.id, field(&counters));
+            }
+        }
+        self.vd_metrics(&mut out);
         out
+    }
+
+    /// Per virtual drive: host reads and writes answered, their bytes, and the summed time
+    /// from submission to the engine to its answer (average latency = sum / count).
+    fn vd_metrics(&self, out: &mut String) {
+        let vds: Vec<(String, u32, VdIo)> = self
+            .groups
+            .values()
+            .flat_map(|group| {
+                group.config.virtual_drives.iter().map(|vd| {
+                    let io = self.vd_io.get(&vd.name).copied().unwrap_or_default();
+                    (vd.name.clone(), group.id, io)
+                })
+            })
+            .collect();
+        let series: [VdSeries; 6] = [
+            (
+                "tessera_vd_reads_total",
+                "Host reads answered for a virtual drive.",
+                |io| io.reads.to_string(),
+            ),
+            (
+                "tessera_vd_writes_total",
+                "Host writes answered for a virtual drive.",
+                |io| io.writes.to_string(),
+            ),
+            (
+                "tessera_vd_read_bytes_total",
+                "Bytes read by hosts from a virtual drive.",
+                |io| io.read_bytes.to_string(),
+            ),
+            (
+                "tessera_vd_write_bytes_total",
+                "Bytes written by hosts to a virtual drive.",
+                |io| io.write_bytes.to_string(),
+            ),
+            (
+                "tessera_vd_read_latency_seconds_total",
+                "Summed latency of the host reads of a virtual drive.",
+                |io| format!("{:.6}", io.read_latency_us as f64 / 1e6),
+            ),
+            (
+                "tessera_vd_write_latency_seconds_total",
+                "Summed latency of the host writes of a virtual drive.",
+                |io| format!("{:.6}", io.write_latency_us as f64 / 1e6),
+            ),
+        ];
+        for (name, help, value) in series {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            for (vd, dg, io) in &vds {
+                let _ = writeln!(out, "{name}{{vd=\"{vd}\",dg=\"{dg}\"}} {}", value(io));
+            }
+        }
     }
 }

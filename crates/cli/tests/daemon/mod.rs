@@ -12,16 +12,27 @@ pub const TESSERA: &str = env!("CARGO_BIN_EXE_tessera");
 pub struct Daemon {
     pub dir: tempfile::TempDir,
     child: Option<Child>,
+    /// Extra `tessera serve` arguments, kept for restarts.
+    extra_args: Vec<String>,
 }
 
 impl Daemon {
     /// Starts a daemon with its state and sockets in a fresh temporary directory.
     pub fn start() -> Daemon {
+        Daemon::start_with(&[])
+    }
+
+    /// Starts a daemon like `start`, with extra `tessera serve` arguments.
+    pub fn start_with(extra_args: &[&str]) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("tessera-e2e-")
             .tempdir_in(scratch_root())
             .expect("temp dir");
-        let mut daemon = Daemon { dir, child: None };
+        let mut daemon = Daemon {
+            dir,
+            child: None,
+            extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+        };
         daemon.launch();
         daemon
     }
@@ -51,6 +62,7 @@ impl Daemon {
             .arg(self.api_socket())
             .arg("--nbd-socket")
             .arg(self.nbd_socket())
+            .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)

@@ -107,6 +107,20 @@ pub struct DataPlane {
     completions: Vec<Completion>,
     /// When each group's last scrub ended.
     pub(crate) scrub_finished_unix_ms: BTreeMap<u32, u64>,
+    /// Host I/O counters per virtual drive (by name), for `/metrics`.
+    pub(crate) vd_io: BTreeMap<String, VdIo>,
+}
+
+/// Host reads and writes answered for one virtual drive since the daemon started.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct VdIo {
+    pub reads: u64,
+    pub writes: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    /// Sum of the times from submission to the engine to its answer, in microseconds.
+    pub read_latency_us: u64,
+    pub write_latency_us: u64,
 }
 
 pub(crate) fn unix_ms() -> u64 {
@@ -250,6 +264,7 @@ impl DataPlane {
             immediate: Vec::new(),
             completions: Vec::new(),
             scrub_finished_unix_ms: BTreeMap::new(),
+            vd_io: BTreeMap::new(),
         };
         plane.load_drives()?;
         plane.assemble_groups();

@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 use tessera_buffer::BufferId;
 use tessera_io::{Driver, Operation, SendParts};
 use tessera_nbd::proto::REQUEST_HEADER_BYTES;
@@ -83,6 +84,8 @@ impl Listener {
 pub(crate) struct HostRequest {
     connection: u64,
     request: Request,
+    /// When it went to the engine (for the per-drive latency in `/metrics`).
+    submitted: Instant,
 }
 
 enum Phase {
@@ -535,6 +538,7 @@ impl DataPlane {
         let id = self.requests.insert(HostRequest {
             connection: key,
             request,
+            submitted: Instant::now(),
         });
         match self.groups.get_mut(&group) {
             Some(group) => group.engine.submit(EngineRequest { id, op }),
@@ -564,6 +568,12 @@ impl DataPlane {
             unreachable!("requests only while serving")
         };
         let negotiated = &serving.negotiated;
+        count_vd_io(
+            &mut self.vd_io,
+            negotiated.export_name(),
+            &request,
+            pending.submitted,
+        );
         let outgoing = match reply.result {
             Ok(Some(buffer)) if !connection.closing => {
                 let mut head = Vec::new();
@@ -713,6 +723,34 @@ impl DataPlane {
     }
 }
 
+/// Adds an answered read or write to its virtual drive's counters.
+fn count_vd_io(
+    vd_io: &mut std::collections::BTreeMap<String, super::VdIo>,
+    vd: &str,
+    request: &Request,
+    submitted: Instant,
+) {
+    let latency_us = submitted.elapsed().as_micros() as u64;
+    let bytes = u64::from(request.length_bytes);
+    let counters = match vd_io.get_mut(vd) {
+        Some(counters) => counters,
+        None => vd_io.entry(vd.to_string()).or_default(),
+    };
+    match request.command {
+        Command::Read => {
+            counters.reads += 1;
+            counters.read_bytes += bytes;
+            counters.read_latency_us += latency_us;
+        }
+        Command::Write => {
+            counters.writes += 1;
+            counters.write_bytes += bytes;
+            counters.write_latency_us += latency_us;
+        }
+        _ => {}
+    }
+}
+
 fn connection_group(connection: &Connection) -> Option<u32> {
     match &connection.phase {
         Phase::Serving(serving) => Some(serving.group),
@@ -820,6 +858,7 @@ impl DataPlane {
         for key in keys {
             self.close_connection(key, "virtual drive deleted");
         }
+        self.vd_io.remove(name);
     }
 
     fn connection_export(&self, key: u64) -> Option<&str> {
