@@ -168,8 +168,9 @@ trait Transport: Send + Sync + 'static {
     fn accept(&self) -> io::Result<Self::Stream>;
     /// Applies timeouts and returns a way to close the stream from another thread.
     fn prepare(stream: &Self::Stream, timeout: Duration) -> io::Result<Closer>;
-    /// Makes a blocked `accept` return.
-    fn wake(&self);
+    /// Makes a blocked `accept` return; false if it could not (the socket file was removed
+    /// under the daemon, say), and the accept thread is then left behind, still blocked.
+    fn wake(&self) -> bool;
 }
 
 struct UnixTransport {
@@ -193,8 +194,8 @@ impl Transport for UnixTransport {
         }))
     }
 
-    fn wake(&self) {
-        let _ = UnixStream::connect(&self.path);
+    fn wake(&self) -> bool {
+        UnixStream::connect(&self.path).is_ok()
     }
 }
 
@@ -219,7 +220,7 @@ impl Transport for TcpTransport {
         }))
     }
 
-    fn wake(&self) {
+    fn wake(&self) -> bool {
         if let Ok(mut address) = self.listener.local_addr() {
             if address.ip().is_unspecified() {
                 let loopback: std::net::IpAddr = if address.is_ipv4() {
@@ -229,8 +230,9 @@ impl Transport for TcpTransport {
                 };
                 address.set_ip(loopback);
             }
-            let _ = TcpStream::connect_timeout(&address, Duration::from_secs(1));
+            return TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_ok();
         }
+        false
     }
 }
 
@@ -293,7 +295,7 @@ impl SocketFile {
 /// A running API server. Dropping it shuts it down.
 pub struct ApiServer {
     stop: Arc<AtomicBool>,
-    wake: Box<dyn Fn() + Send + Sync>,
+    wake: Box<dyn Fn() -> bool + Send + Sync>,
     accept_thread: Option<JoinHandle<()>>,
     connections: Arc<Connections>,
     socket_file: Option<SocketFile>,
@@ -404,8 +406,11 @@ impl ApiServer {
             return;
         };
         self.stop.store(true, Ordering::SeqCst);
-        (self.wake)();
-        let _ = accept_thread.join();
+        // A thread that cannot be woken blocks in accept until the process exits; waiting for
+        // it would stop a clean shutdown from ever finishing.
+        if (self.wake)() {
+            let _ = accept_thread.join();
+        }
         self.connections.close_all(self.grace);
         if let Some(socket_file) = &self.socket_file {
             socket_file.remove_if_ours();

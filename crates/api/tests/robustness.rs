@@ -229,6 +229,31 @@ fn socket_is_private_and_removed_on_shutdown() {
 }
 
 #[test]
+fn shutdown_finishes_when_the_socket_file_was_removed() {
+    let directory = tempfile::tempdir().unwrap();
+    let path = directory.path().join("api.sock");
+    let server = ApiServer::bind_unix(
+        &path,
+        ServerConfig::default(),
+        Router::new(Arc::new(FakeController::new())),
+    )
+    .unwrap();
+    drop(directory);
+    assert!(!path.exists());
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        server.shutdown();
+        let _ = done.send(());
+    });
+    assert!(
+        finished
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .is_ok(),
+        "shutdown hung on an accept thread it could not wake"
+    );
+}
+
+#[test]
 fn stale_sockets_are_replaced_live_ones_and_other_files_refused() {
     let directory = tempfile::tempdir().unwrap();
     let router = || Router::new(Arc::new(FakeController::new()));
