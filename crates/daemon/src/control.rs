@@ -132,11 +132,6 @@ impl Controller for Control {
                 "chunk size {chunk} is not a power of two between 4K and 1M"
             )));
         }
-        if body.journal_pd.is_some() {
-            return Err(ApiError::invalid_argument(
-                "a dedicated journal drive is not supported yet; the journal lives on the members",
-            ));
-        }
         if let Some(name) = &body.name {
             tessera_api::model::validate_name(name).map_err(ApiError::invalid_argument)?;
         }
@@ -149,6 +144,7 @@ impl Controller for Control {
                 .journal
                 .map(journal_mode)
                 .unwrap_or(JournalMode::DegradeOnly),
+            journal_drive: body.journal_pd,
         };
         let dg = self
             .call(move |plane| plane.create_group(request))?

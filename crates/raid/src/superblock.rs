@@ -125,6 +125,9 @@ pub enum MemberRecordState {
     Failed,
     /// A hot spare dedicated to this group, holding no role.
     Spare,
+    /// The group's dedicated journal device, holding no role: the write journal's ring is on it
+    /// (`journal_device_bytes` from `journal_offset_bytes`) instead of on the members.
+    Journal,
 }
 
 impl MemberRecordState {
@@ -134,6 +137,7 @@ impl MemberRecordState {
             MemberRecordState::Rebuilding => 2,
             MemberRecordState::Failed => 3,
             MemberRecordState::Spare => 4,
+            MemberRecordState::Journal => 5,
         }
     }
 
@@ -143,6 +147,7 @@ impl MemberRecordState {
             2 => Some(MemberRecordState::Rebuilding),
             3 => Some(MemberRecordState::Failed),
             4 => Some(MemberRecordState::Spare),
+            5 => Some(MemberRecordState::Journal),
             _ => None,
         }
     }
@@ -207,6 +212,9 @@ pub struct Superblock {
     pub journal_covering: bool,
     /// Journal batches below this sequence number are never replayed.
     pub journal_floor_sequence: u64,
+    /// Bytes of the journal ring on the dedicated journal device (the member recorded as
+    /// `Journal`), from `journal_offset_bytes`; 0 when the journal lives on the members.
+    pub journal_device_bytes: u64,
     pub name: String,
     pub members: Vec<MemberRecord>,
     pub bad_ranges: Vec<BadRange>,
@@ -319,6 +327,7 @@ impl Superblock {
         w.u32(136, self.rebuild_latency_target_us);
         w.u8(140, u8::from(self.journal_covering));
         w.u64(144, self.journal_floor_sequence);
+        w.u64(152, self.journal_device_bytes);
         w.bytes(192, self.name.as_bytes());
         for (i, record) in self.members.iter().enumerate() {
             let at = MEMBER_TABLE_OFFSET + i * MEMBER_RECORD_BYTES;
@@ -392,6 +401,7 @@ impl Superblock {
             _ => return Err(SuperblockError::Invalid("journal_covering")),
         };
         let journal_floor_sequence = r.u64(144);
+        let journal_device_bytes = r.u64(152);
         let record_count = usize::from(r.u8(131));
         if record_count > MAX_MEMBER_RECORDS {
             return Err(SuperblockError::Invalid("member_records"));
@@ -418,9 +428,8 @@ impl Superblock {
             };
             let state = MemberRecordState::from_code(r.u8(at + 25))
                 .ok_or(SuperblockError::Invalid("member_state"))?;
-            if role.is_none() != (state == MemberRecordState::Spare)
-                && state != MemberRecordState::Failed
-            {
+            let roleless = matches!(state, MemberRecordState::Spare | MemberRecordState::Journal);
+            if role.is_none() != roleless && state != MemberRecordState::Failed {
                 return Err(SuperblockError::Invalid("member_role"));
             }
             let replacing = match r.u8(at + 26) {
@@ -471,6 +480,7 @@ impl Superblock {
             rebuild_latency_target_us,
             journal_covering,
             journal_floor_sequence,
+            journal_device_bytes,
             name,
             members,
             bad_ranges,
@@ -650,6 +660,7 @@ mod tests {
             rebuild_latency_target_us: 0,
             journal_covering: true,
             journal_floor_sequence: 17,
+            journal_device_bytes: 3 << 20,
             name: "dg".into(),
             members: (1..=3)
                 .map(|n| MemberRecord {

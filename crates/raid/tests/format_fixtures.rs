@@ -47,6 +47,7 @@ fn v1_superblock() -> Superblock {
         rebuild_latency_target_us: 0,
         journal_covering: false,
         journal_floor_sequence: 0,
+        journal_device_bytes: 0,
         name: "fixture-dg".into(),
         members: vec![
             member(1, Some(0), MemberRecordState::Active, 0),

@@ -55,6 +55,51 @@ impl Harness {
         parity: Arc<dyn tessera_parity::Kernel>,
         journal_mode: JournalMode,
     ) -> Harness {
+        Harness::create(
+            level,
+            members,
+            chunk_bytes,
+            member_bytes,
+            config,
+            parity,
+            journal_mode,
+            false,
+        )
+    }
+
+    /// Like `with_journal` (mode `always_on`), with a dedicated journal device of
+    /// `member_bytes` as the member after the last role.
+    pub fn with_journal_device(
+        level: Level,
+        members: usize,
+        chunk_bytes: u64,
+        member_bytes: u64,
+        config: EngineConfig,
+        parity: Arc<dyn tessera_parity::Kernel>,
+    ) -> Harness {
+        Harness::create(
+            level,
+            members,
+            chunk_bytes,
+            member_bytes,
+            config,
+            parity,
+            JournalMode::AlwaysOn,
+            true,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        level: Level,
+        members: usize,
+        chunk_bytes: u64,
+        member_bytes: u64,
+        config: EngineConfig,
+        parity: Arc<dyn tessera_parity::Kernel>,
+        journal_mode: JournalMode,
+        journal_device: bool,
+    ) -> Harness {
         let spec = CreateSpec {
             group_uuid: Uuid([9; 16]),
             name: "harness".into(),
@@ -67,13 +112,14 @@ impl Harness {
             region_bytes: None,
             journal_bytes: Some(1 << 20),
             journal_mode,
+            journal_device: journal_device.then_some((Uuid([0xee; 16]), member_bytes)),
             rebuild_rate_percent: 100,
             config: Vec::new(),
         };
         let engine = Engine::create(spec, config, parity).expect("harness group");
         let mut harness = Harness {
             engine,
-            members: (0..members)
+            members: (0..members + usize::from(journal_device))
                 .map(|_| vec![0u8; member_bytes as usize])
                 .collect(),
             latent_errors: Default::default(),

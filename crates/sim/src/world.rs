@@ -194,6 +194,7 @@ impl World {
             region_bytes: Some(self.config.region_bytes),
             journal_bytes: None,
             journal_mode: self.config.journal_mode,
+            journal_device: None,
             rebuild_rate_percent: self.config.rebuild_rate_percent,
             config: Vec::new(),
         };

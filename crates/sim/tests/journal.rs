@@ -304,3 +304,80 @@ fn degrade_only_journals_while_degraded() {
     h.write(0, &[0x66; CHUNK as usize]).unwrap();
     assert_eq!(h.engine.status().counters.journal_entries, before + 1);
 }
+
+/// The RAID5 group of `group`, with its journal on a dedicated device (member 3).
+fn group_with_journal_device() -> Harness {
+    let mut h =
+        Harness::with_journal_device(Level::Raid5, 3, CHUNK, MEMBER_BYTES, config(), parity());
+    h.settle();
+    assert!(
+        h.engine.journal_covering(),
+        "the journal covers after start"
+    );
+    h.write(0, &[0xAA; CHUNK as usize]).unwrap();
+    h.write(CHUNK, &[0xCC; CHUNK as usize]).unwrap();
+    h.flush().unwrap();
+    h
+}
+
+const JOURNAL_DEVICE: usize = 3;
+
+#[test]
+fn a_journal_device_holds_the_batches_and_closes_the_hole() {
+    let mut h = group_with_journal_device();
+    let parity_member = holder(&h, Column::Parity(0));
+    h.submit_write(CHUNK, &[0xBB; CHUNK as usize]);
+    let copies = run_until_stuck(&mut h, |member, _, target| {
+        target == Target::Journal || member != parity_member
+    });
+    assert!(
+        !copies.is_empty() && copies.iter().all(|&(member, _)| member == JOURNAL_DEVICE),
+        "batches go to the journal device only: {copies:?}"
+    );
+    let lost = holder(&h, Column::Data(0));
+    let images = crash_and_lose(h, &[lost]);
+    let mut h = Harness::assemble(images, config(), parity());
+    assert_filled(
+        &h.read(0, CHUNK).expect("chunk 0 readable"),
+        0xAA,
+        "chunk 0",
+    );
+    assert_filled(&h.read(CHUNK, CHUNK).unwrap(), 0xBB, "chunk 1");
+}
+
+#[test]
+fn a_lost_journal_device_falls_back_to_resync_and_the_members_journal() {
+    let mut h = group_with_journal_device();
+    let parity_member = holder(&h, Column::Parity(0));
+    h.submit_write(CHUNK, &[0xBB; CHUNK as usize]);
+    run_until_stuck(&mut h, |member, _, target| {
+        target == Target::Journal || member != parity_member
+    });
+    // The power cut takes the journal device with it: what it held cannot be replayed, so the
+    // torn stripe must be resynced from the bitmap instead, never trusted.
+    let images = crash_and_lose(h, &[JOURNAL_DEVICE]);
+    let mut h = Harness::assemble(images, config(), parity());
+    assert_filled(&h.read(0, CHUNK).unwrap(), 0xAA, "chunk 0");
+    let chunk1 = h.read(CHUNK, CHUNK).unwrap();
+    assert!(
+        chunk1.iter().all(|&b| b == 0xBB) || chunk1.iter().all(|&b| b == 0xCC),
+        "chunk 1 holds the old or the new write, whole"
+    );
+    // Journaling goes on, on the members' own areas, and covers again once resynced.
+    h.settle();
+    assert!(
+        h.engine.journal_covering(),
+        "coverage is re-established on the members"
+    );
+    h.submit_write(CHUNK, &[0xDD; CHUNK as usize]);
+    let journal_offset = h.engine.superblock().journal_offset_bytes;
+    let copies: Vec<_> = run_until_stuck(&mut h, |_, _, _| true)
+        .into_iter()
+        .filter(|&(_, offset)| offset >= journal_offset)
+        .collect();
+    assert!(
+        copies.iter().all(|&(member, _)| member < JOURNAL_DEVICE) && copies.len() == 2,
+        "batches now go to two members: {copies:?}"
+    );
+    assert_filled(&h.read(CHUNK, CHUNK).unwrap(), 0xDD, "chunk 1 rewritten");
+}

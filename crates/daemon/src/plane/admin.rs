@@ -31,6 +31,8 @@ pub struct NewGroup {
     pub drives: Vec<u32>,
     pub name: Option<String>,
     pub journal_mode: JournalMode,
+    /// A dedicated journal drive, instead of the members' journal areas.
+    pub journal_drive: Option<u32>,
 }
 
 pub(crate) fn random_uuid() -> Uuid {
@@ -381,8 +383,16 @@ impl DataPlane {
                 "a drive group needs physical drives".into(),
             ));
         }
-        for (i, id) in request.drives.iter().enumerate() {
-            if request.drives[..i].contains(id) {
+        // The journal drive, if any, is checked like the members and becomes the member after
+        // the last role.
+        let all_drives: Vec<u32> = request
+            .drives
+            .iter()
+            .copied()
+            .chain(request.journal_drive)
+            .collect();
+        for (i, id) in all_drives.iter().enumerate() {
+            if all_drives[..i].contains(id) {
                 return Err(AdminError::Invalid(format!(
                     "physical drive {id} is listed twice"
                 )));
@@ -433,7 +443,14 @@ impl DataPlane {
                 .expect("a name"),
         };
         let id = self.next_group_id();
-        let member_uuids: Vec<Uuid> = request.drives.iter().map(|_| random_uuid()).collect();
+        let member_uuids: Vec<Uuid> = all_drives.iter().map(|_| random_uuid()).collect();
+        let size_of = |drive: &u32| {
+            self.drives[drive]
+                .device
+                .as_ref()
+                .expect("checked")
+                .size_bytes
+        };
         let spec = CreateSpec {
             group_uuid: random_uuid(),
             name: name.clone(),
@@ -443,21 +460,15 @@ impl DataPlane {
                 .drives
                 .iter()
                 .zip(&member_uuids)
-                .map(|(drive, uuid)| {
-                    (
-                        *uuid,
-                        self.drives[drive]
-                            .device
-                            .as_ref()
-                            .expect("checked")
-                            .size_bytes,
-                    )
-                })
+                .map(|(drive, uuid)| (*uuid, size_of(drive)))
                 .collect(),
             created_unix_seconds: unix_seconds(),
             region_bytes: None,
             journal_bytes: None,
             journal_mode: request.journal_mode,
+            journal_device: request
+                .journal_drive
+                .map(|drive| (member_uuids[request.drives.len()], size_of(&drive))),
             rebuild_rate_percent: 30,
             config: GroupConfig {
                 dg_id: id,
@@ -467,8 +478,8 @@ impl DataPlane {
         };
         let engine = Engine::create(spec, engine_config(), self.parity.clone())
             .map_err(|e| AdminError::Invalid(e.to_string()))?;
-        let members = request.drives.iter().map(|d| Some(*d)).collect();
-        for (index, (drive, uuid)) in request.drives.iter().zip(member_uuids).enumerate() {
+        let members = all_drives.iter().map(|d| Some(*d)).collect();
+        for (index, (drive, uuid)) in all_drives.iter().zip(member_uuids).enumerate() {
             let drive = self.drives.get_mut(drive).expect("checked");
             drive.group = Some((id, index));
             drive.member_uuid = Some(uuid);

@@ -23,7 +23,8 @@ fn raid_level(level: Level) -> RaidLevel {
 
 fn member_state(state: &str) -> PdState {
     match state {
-        "online" => PdState::Online,
+        // The journal drive works for its group like an online member.
+        "online" | "journal" => PdState::Online,
         "rebuilding" => PdState::Rebuilding,
         "missing" => PdState::Missing,
         "hot_spare" => PdState::HotSpare,
@@ -207,11 +208,19 @@ impl DataPlane {
                 unrecoverable: result.stats.unrecoverable,
             }),
             journal: {
+                let device = status
+                    .members
+                    .iter()
+                    .position(|member| member.state == "journal");
                 let status = engine.journal_status();
                 JournalView {
                     mode: journal_mode(superblock.journal_mode),
-                    placement: JournalPlacement::Members,
-                    pd: None,
+                    placement: if device.is_some() {
+                        JournalPlacement::Device
+                    } else {
+                        JournalPlacement::Members
+                    },
+                    pd: device.and_then(|index| group.members.get(index).copied().flatten()),
                     active: status.active,
                     covering: engine.journal_covering(),
                     area_bytes: status.ring_bytes,

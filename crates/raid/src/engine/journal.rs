@@ -130,7 +130,11 @@ pub(crate) enum Coverage {
 
 pub(crate) struct Journal {
     pub(crate) offset_bytes: u64,
+    /// The ring on each member.
     pub(crate) ring_bytes: u64,
+    /// The dedicated journal device's member index, if the group was given one, and its ring.
+    pub(crate) device_member: Option<usize>,
+    pub(crate) device_ring_bytes: u64,
     rings: Vec<Ring>,
     pub(crate) next_sequence: u64,
     rotation: usize,
@@ -180,6 +184,8 @@ impl Journal {
         Journal {
             offset_bytes,
             ring_bytes,
+            device_member: None,
+            device_ring_bytes: 0,
             rings: Vec::new(),
             next_sequence: floor,
             rotation: 0,
@@ -202,6 +208,15 @@ impl Journal {
             flush_running: false,
             checkpoint: None,
             replay: None,
+        }
+    }
+
+    /// The ring size on `member`.
+    pub(crate) fn ring_size(&self, member: usize) -> u64 {
+        if self.device_member == Some(member) {
+            self.device_ring_bytes
+        } else {
+            self.ring_bytes
         }
     }
 
@@ -255,9 +270,17 @@ impl Engine {
         }
     }
 
+    /// The ring new batches go to: the journal device's while it works, else each member's.
+    fn active_ring_bytes(&self) -> u64 {
+        match self.members.journal_device() {
+            Some(device) => self.journal.ring_size(device),
+            None => self.journal.ring_bytes,
+        }
+    }
+
     /// Whether the journal area can hold the largest batch twice over.
     fn journal_fits(&self) -> bool {
-        self.journal.ring_bytes
+        self.active_ring_bytes()
             >= min_journal_bytes(self.geometry.members(), self.geometry.chunk_bytes())
     }
 
@@ -282,7 +305,7 @@ impl Engine {
             mode: self.superblock.journal_mode,
             active: self.journal.active,
             covering: self.superblock.journal_covering,
-            ring_bytes: self.journal.ring_bytes,
+            ring_bytes: self.active_ring_bytes(),
             used_bytes: self
                 .journal
                 .rings
@@ -366,7 +389,7 @@ impl Engine {
     /// Largest batch sealed from several entries (a single entry may exceed it).
     fn batch_cap_bytes(&self) -> u64 {
         let reserve = (self.pool.capacity_bytes() / 16) as u64;
-        (self.journal.ring_bytes / 4)
+        (self.active_ring_bytes() / 4)
             .min(reserve)
             .max(BATCH_ALIGN_BYTES)
     }
@@ -393,7 +416,8 @@ impl Engine {
             .journal
             .rings
             .iter()
-            .any(|ring| ring.used_bytes() * 2 > self.journal.ring_bytes);
+            .enumerate()
+            .any(|(member, ring)| ring.used_bytes() * 2 > self.journal.ring_size(member));
         let done_unretired = self
             .journal
             .batches
@@ -522,9 +546,29 @@ impl Engine {
         true
     }
 
+    /// The journal device failed: the batches it held are gone, so the superblock (written
+    /// with the failure) stops vouching for the journal, and coverage starts over with new
+    /// batches on the members' own journal areas.
+    pub(super) fn journal_device_lost(&mut self) {
+        self.superblock.journal_covering = false;
+        if matches!(
+            self.journal.coverage,
+            Coverage::On | Coverage::Recording { .. } | Coverage::Draining { .. }
+        ) {
+            self.journal.coverage = Coverage::Off;
+        }
+    }
+
     /// Members for the copies of a batch of `len` bytes, with where it goes on each; `None`
     /// when too few have room.
     fn place_batch(&mut self, len: u64, reserve: u64) -> Option<Vec<(usize, u64)>> {
+        if let Some(device) = self.members.journal_device() {
+            // One copy: the device is the user's choice of a fast place for the journal, and
+            // when it fails the batches it held are given up (coverage starts over).
+            let ring_bytes = self.journal.ring_size(device);
+            let start = self.journal.ring(device).place(ring_bytes, len, reserve)?;
+            return Some(vec![(device, start)]);
+        }
         let eligible = self.members.data_members();
         if eligible.is_empty() {
             return None;
@@ -628,9 +672,9 @@ impl Engine {
     }
 
     fn start_batch_io(&mut self, sequence: u64, buffer: BufferId, places: &[(usize, u64)]) {
-        let ring_bytes = self.journal.ring_bytes;
         let len = self.pool.len(buffer) as u64;
         for &(member, start) in places {
+            let ring_bytes = self.journal.ring_size(member);
             self.journal
                 .ring(member)
                 .push(ring_bytes, sequence, start, len);
@@ -720,9 +764,24 @@ impl Engine {
         if flush && result.is_ok() {
             batch.copies_ok += 1;
         }
-        if batch.pending_io == 0 {
-            self.batch_durable(sequence);
+        if batch.pending_io > 0 {
+            return;
         }
+        if batch.copies_ok == 0
+            && self.members.group_state(&self.geometry) != GroupState::Failed
+            && let Some(buffer) = batch.buffer
+        {
+            // Every copy failed (the journal device died under it): write the batch again
+            // where the journal now lives, so no in-place write goes out unjournaled.
+            let len = self.pool.len(buffer) as u64;
+            if let Some(places) = self.place_batch(len, 0) {
+                let batch = self.journal.batches.get_mut(&sequence).expect("batch");
+                batch.pending_io = u32::try_from(places.len()).expect("copies fit u32");
+                self.start_batch_io(sequence, buffer, &places);
+                return;
+            }
+        }
+        self.batch_durable(sequence);
     }
 
     /// Every copy of a batch is written and flushed (or its member failed, which the group's

@@ -26,6 +26,8 @@ pub(crate) enum MemberState {
     },
     Failed(FailReason),
     Spare,
+    /// The dedicated journal device: no role, no data, the journal's ring.
+    Journal,
 }
 
 impl Member {
@@ -38,6 +40,7 @@ impl Member {
             },
             MemberRecordState::Failed => MemberState::Failed(FailReason::Missing),
             MemberRecordState::Spare => MemberState::Spare,
+            MemberRecordState::Journal => MemberState::Journal,
         };
         Member {
             uuid: record.uuid,
@@ -57,6 +60,7 @@ impl Member {
             }
             MemberState::Failed(_) => (MemberRecordState::Failed, 0),
             MemberState::Spare => (MemberRecordState::Spare, 0),
+            MemberState::Journal => (MemberRecordState::Journal, 0),
         };
         MemberRecord {
             uuid: self.uuid,
@@ -94,7 +98,7 @@ impl Member {
                     || (ahead.member == Some(index)
                         && ahead.rows.contains(&(offset_bytes / ahead.chunk_bytes)))
             }
-            MemberState::Failed(_) | MemberState::Spare => false,
+            MemberState::Failed(_) | MemberState::Spare | MemberState::Journal => false,
         }
     }
 }
@@ -169,7 +173,9 @@ impl Members {
                             MemberState::Rebuilding { position_bytes } => {
                                 position_bytes >= self.data_bytes
                             }
-                            MemberState::Failed(_) | MemberState::Spare => false,
+                            MemberState::Failed(_) | MemberState::Spare | MemberState::Journal => {
+                                false
+                            }
                         }
                 })
             })
@@ -193,6 +199,13 @@ impl Members {
                 )
             })
             .collect()
+    }
+
+    /// The dedicated journal device, while it works.
+    pub(crate) fn journal_device(&self) -> Option<usize> {
+        self.list
+            .iter()
+            .position(|member| member.state == MemberState::Journal)
     }
 
     /// The rebuilding member, if one is being rebuilt.

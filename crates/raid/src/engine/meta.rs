@@ -9,7 +9,7 @@ use super::{
     Engine, EngineConfig, GroupEvent, GroupState, MemberOp, Owner, Phase, ZERO_BUFFER_BYTES,
 };
 use crate::geometry::{GeometryError, Level};
-use crate::layout::member_layout;
+use crate::layout::{member_layout, min_journal_bytes};
 use crate::superblock::{
     JournalMode, MAX_CONFIG_BYTES, MAX_NAME_BYTES, MemberRecord, MemberRecordState,
     SUPERBLOCK_OFFSETS, Superblock, Uuid,
@@ -35,9 +35,22 @@ pub struct CreateSpec {
     /// Bytes reserved on each member for the journal; default by member size.
     pub journal_bytes: Option<u64>,
     pub journal_mode: JournalMode,
+    /// A dedicated journal device (uuid and size) holding the journal instead of the members;
+    /// it becomes the member after the last role.
+    pub journal_device: Option<(Uuid, u64)>,
     pub rebuild_rate_percent: u8,
     /// The opaque configuration blob (the virtual-drive table).
     pub config: Vec<u8>,
+}
+
+/// The ring a dedicated journal device of `device_bytes` holds after the metadata every member
+/// carries: up to 1 GiB (far beyond what group commit keeps in flight), in 64 KiB units.
+fn journal_device_ring_bytes(journal_offset_bytes: u64, device_bytes: u64) -> u64 {
+    device_bytes
+        .saturating_sub(journal_offset_bytes)
+        .min(1 << 30)
+        / (64 << 10)
+        * (64 << 10)
 }
 
 /// One device offered for assembly, with the newest valid superblock read from it.
@@ -59,6 +72,8 @@ pub enum AssembleError {
     TooLarge(&'static str),
     /// The same member appears twice.
     DuplicateMember(Uuid),
+    /// The dedicated journal device cannot hold the journal's ring for this stripe size.
+    JournalDeviceTooSmall { needed_bytes: u64 },
 }
 
 impl fmt::Display for AssembleError {
@@ -74,6 +89,10 @@ impl fmt::Display for AssembleError {
             AssembleError::Geometry(error) => write!(f, "{error}"),
             AssembleError::TooLarge(what) => write!(f, "{what} is too large for the superblock"),
             AssembleError::DuplicateMember(uuid) => write!(f, "member {uuid} appears twice"),
+            AssembleError::JournalDeviceTooSmall { needed_bytes } => write!(
+                f,
+                "the journal device is too small: it needs at least {needed_bytes} bytes"
+            ),
         }
     }
 }
@@ -159,6 +178,11 @@ impl Engine {
                 return Err(AssembleError::DuplicateMember(*uuid));
             }
         }
+        if let Some((uuid, _)) = spec.journal_device
+            && spec.members.iter().any(|(other, _)| *other == uuid)
+        {
+            return Err(AssembleError::DuplicateMember(uuid));
+        }
         let smallest = spec
             .members
             .iter()
@@ -174,7 +198,7 @@ impl Engine {
             spec.journal_bytes,
         )
         .map_err(AssembleError::Geometry)?;
-        let records: Vec<MemberRecord> = spec
+        let mut records: Vec<MemberRecord> = spec
             .members
             .iter()
             .enumerate()
@@ -187,6 +211,25 @@ impl Engine {
                 replacing: false,
             })
             .collect();
+        let mut journal_device_bytes = 0;
+        if let Some((uuid, size_bytes)) = spec.journal_device {
+            journal_device_bytes =
+                journal_device_ring_bytes(layout.journal_offset_bytes, size_bytes);
+            let needed = min_journal_bytes(spec.members.len(), spec.chunk_bytes);
+            if journal_device_bytes < needed {
+                return Err(AssembleError::JournalDeviceTooSmall {
+                    needed_bytes: layout.journal_offset_bytes + needed,
+                });
+            }
+            records.push(MemberRecord {
+                uuid,
+                size_bytes,
+                role: None,
+                state: MemberRecordState::Journal,
+                rebuild_position_bytes: 0,
+                replacing: false,
+            });
+        }
         let superblock = Superblock {
             group_uuid: spec.group_uuid,
             member_uuid: spec.members[0].0,
@@ -209,6 +252,7 @@ impl Engine {
             rebuild_latency_target_us: 0,
             journal_covering: false,
             journal_floor_sequence: 0,
+            journal_device_bytes,
             name: spec.name,
             members: records,
             bad_ranges: Vec::new(),
@@ -294,6 +338,10 @@ impl Engine {
         parity: Arc<dyn Kernel>,
     ) -> Result<Engine, AssembleError> {
         let geometry = superblock.geometry().map_err(AssembleError::Geometry)?;
+        let journal_device = superblock
+            .members
+            .iter()
+            .position(|record| record.state == MemberRecordState::Journal);
         let members: Vec<Member> = superblock
             .members
             .iter()
@@ -359,6 +407,8 @@ impl Engine {
         };
         engine.meta.durable_generation = engine.superblock.generation;
         engine.meta.wanted_generation = engine.superblock.generation;
+        engine.journal.device_member = journal_device;
+        engine.journal.device_ring_bytes = engine.superblock.journal_device_bytes;
         Ok(engine)
     }
 

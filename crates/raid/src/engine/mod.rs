@@ -388,6 +388,7 @@ impl Engine {
                         MemberState::Failed(FailReason::Missing) => "missing",
                         MemberState::Failed(_) => "failed",
                         MemberState::Spare => "hot_spare",
+                        MemberState::Journal => "journal",
                     },
                     size_bytes: member.size_bytes,
                 })
@@ -828,6 +829,9 @@ impl Engine {
             return;
         }
         self.members.list[member].state = MemberState::Failed(reason);
+        if state == MemberState::Journal {
+            self.journal_device_lost();
+        }
         let uuid = self.members.list[member].uuid;
         self.emit_event(GroupEvent::MemberFailed {
             member,

@@ -55,12 +55,12 @@ pub(crate) struct Replay {
 }
 
 impl Engine {
-    /// Bytes read from a journal area at once.
-    fn scan_window_bytes(&self) -> u64 {
+    /// Bytes read from `member`'s journal area at once.
+    fn scan_window_bytes(&self, member: usize) -> u64 {
         let largest = (self.geometry.members() as u64 * self.geometry.chunk_bytes() + (8 << 10))
             .div_ceil(BATCH_ALIGN_BYTES)
             * BATCH_ALIGN_BYTES;
-        self.journal.ring_bytes.min(largest.max(1 << 20))
+        self.journal.ring_size(member).min(largest.max(1 << 20))
     }
 
     pub(super) fn start_journal_replay(&mut self) {
@@ -79,8 +79,13 @@ impl Engine {
             resync_in_flight: 0,
             replayed_entries: 0,
         });
+        let device = self.members.journal_device();
+        // A journal device the group had but that is absent or failed took its batches with
+        // it: replay cannot vouch for the stripes, and the bitmap's resync must run.
+        let device_lost = self.journal.device_member.is_some() && device.is_none();
         let replay = self.journal.replay.as_mut().expect("replay");
-        for member in self.members.data_members() {
+        replay.incomplete |= device_lost && replay.apply;
+        for member in self.members.data_members().into_iter().chain(device) {
             replay.scan_queue.push_back((member, 0));
         }
         self.pump_scans();
@@ -97,8 +102,8 @@ impl Engine {
             .and_then(|replay| replay.scan_queue.front())
         {
             let len = self
-                .scan_window_bytes()
-                .min(self.journal.ring_bytes - offset_bytes);
+                .scan_window_bytes(member)
+                .min(self.journal.ring_size(member) - offset_bytes);
             let Some(buffer) = self.pool.alloc(len as usize) else {
                 let replay = self.journal.replay.as_ref().expect("replay");
                 assert!(
@@ -142,7 +147,7 @@ impl Engine {
         result: Result<(), MemberError>,
     ) {
         let group_uuid = self.superblock.group_uuid;
-        let ring_bytes = self.journal.ring_bytes;
+        let ring_bytes = self.journal.ring_size(member);
         let mut next = None;
         {
             let bytes = self.pool.slice(buffer);

@@ -48,6 +48,7 @@ impl Bench {
             region_bytes: Some(64 << 20),
             journal_bytes: Some(8 << 20),
             journal_mode,
+            journal_device: None,
             rebuild_rate_percent: 30,
             config: Vec::new(),
         };

@@ -1,0 +1,102 @@
+//! A dedicated journal drive (`dg create --journal PD`): the group reports it, keeps it across a
+//! crash, replays from it, and when the drive fails the journal moves to the members' own
+//! journal areas while the group stays optimal and the data intact.
+
+mod daemon;
+use daemon::{Daemon, fio_verify, have};
+use std::time::{Duration, Instant};
+
+fn wait_for(daemon: &Daemon, what: &str, mut done: impl FnMut(&serde_json::Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let group = daemon.json(&["dg", "describe", "0"]);
+        if done(&group) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {group:#}\ndaemon log:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_journal_drive_holds_the_journal_until_it_fails() {
+    if !have("fio") {
+        return;
+    }
+    let mut daemon = Daemon::start();
+    let ids = daemon.add_file_drives(5, 96 << 20);
+    let (members, journal_pd) = ids.split_at(4);
+    let journal_pd = &journal_pd[0];
+    let mut args = vec![
+        "dg",
+        "create",
+        "--level",
+        "5",
+        "--chunk",
+        "64K",
+        "--journal",
+    ];
+    args.push(journal_pd);
+    args.extend(members.iter().map(String::as_str));
+    let group = daemon.json(&args);
+    assert_eq!(group["journal"]["placement"], "device", "{group:#}");
+    assert_eq!(group["journal"]["pd"].to_string(), *journal_pd, "{group:#}");
+    assert_eq!(group["journal"]["mode"], "always_on", "{group:#}");
+    assert_eq!(group["members"].as_array().unwrap().len(), 4, "{group:#}");
+    let pd = daemon.json(&["pd", "describe", journal_pd]);
+    assert_eq!(pd["state"], "online", "{pd:#}");
+    // A drive in use as a journal cannot be removed.
+    assert!(!daemon.run(&["pd", "remove", journal_pd]).status.success());
+
+    daemon.ok(&["vd", "create", "0", "--size", "128M", "--name", "j"]);
+    let uri = daemon.uri("j");
+    wait_for(&daemon, "journal coverage", |group| {
+        group["journal"]["covering"] == true
+    });
+    fio_verify(
+        &uri,
+        "48M",
+        &["--randseed=11", "--bsrange=4k-64k", "--end_fsync=1"],
+        daemon.dir.path(),
+    );
+
+    // A crash: the journal drive comes back with the group and is replayed from.
+    daemon.kill();
+    daemon.restart();
+    let group = daemon.json(&["dg", "describe", "0"]);
+    assert_eq!(group["journal"]["placement"], "device", "{group:#}");
+    assert!(
+        daemon.log().contains("journal replayed"),
+        "no replay after the crash:\n{}",
+        daemon.log()
+    );
+    fio_verify(
+        &uri,
+        "48M",
+        &["--randseed=11", "--bsrange=4k-64k", "--verify_only"],
+        daemon.dir.path(),
+    );
+
+    // The journal drive fails: the group stays optimal, the journal moves to the members.
+    daemon.ok(&["pd", "fail", journal_pd]);
+    wait_for(&daemon, "the journal back on the members", |group| {
+        group["journal"]["placement"] == "members" && group["journal"]["covering"] == true
+    });
+    assert_eq!(daemon.json(&["dg", "describe", "0"])["state"], "optimal");
+    fio_verify(
+        &uri,
+        "32M",
+        &["--randseed=12", "--offset=64M", "--end_fsync=1"],
+        daemon.dir.path(),
+    );
+    fio_verify(
+        &uri,
+        "48M",
+        &["--randseed=11", "--bsrange=4k-64k", "--verify_only"],
+        daemon.dir.path(),
+    );
+}
