@@ -855,7 +855,17 @@ impl Engine {
     /// Releases the writes an op held back while its entry was committed.
     pub(super) fn release_held_writes(&mut self, id: OpId, op: &mut super::stripe::StripeOp) {
         op.hold_writes = false;
-        for (member, command) in std::mem::take(&mut op.held_writes) {
+        let held = std::mem::take(&mut op.held_writes);
+        if op.journal_sequence.is_none()
+            && self.members.group_state(&self.geometry) == GroupState::Failed
+        {
+            // Released without a batch because the group failed: nothing may be written in
+            // place, since a crash before the failure is recorded could bring the group back
+            // and replay would not know these writes (the request fails with EIO).
+            op.stage = Stage::Writing;
+            return;
+        }
+        for (member, command) in held {
             if self.members.list[member].is_failed() {
                 continue;
             }
