@@ -17,6 +17,9 @@ use tessera_buffer::{BufferId, BufferSlice};
 
 /// Batches being written at once; while they are, new entries gather into the next batch.
 const MAX_BATCHES_IN_FLIGHT: usize = 2;
+/// Finished batches kept before a flush retires them, however large the ring: bounds the
+/// bookkeeping (and what a replay after a crash has to redo) on a big journal device.
+const RETIRE_AFTER_BATCHES: usize = 64;
 
 /// One member's journal area, used as a ring of batches.
 #[derive(Default)]
@@ -24,6 +27,8 @@ pub(crate) struct Ring {
     head_bytes: u64,
     /// Batches whose bytes must stay (not yet below the durable retirement point), oldest first.
     live: VecDeque<(u64, u64, u64)>,
+    /// Their total bytes.
+    used: u64,
 }
 
 impl Ring {
@@ -51,6 +56,7 @@ impl Ring {
 
     pub(crate) fn push(&mut self, ring_bytes: u64, sequence: u64, start: u64, len: u64) {
         self.live.push_back((sequence, start, len));
+        self.used += len;
         self.head_bytes = start + len;
         if self.head_bytes == ring_bytes {
             self.head_bytes = 0;
@@ -64,7 +70,8 @@ impl Ring {
             .front()
             .is_some_and(|&(sequence, _, _)| sequence < below)
         {
-            self.live.pop_front();
+            let (_, _, len) = self.live.pop_front().expect("checked");
+            self.used -= len;
         }
         if self.live.is_empty() {
             self.head_bytes = 0;
@@ -72,7 +79,7 @@ impl Ring {
     }
 
     pub(crate) fn used_bytes(&self) -> u64 {
-        self.live.iter().map(|&(_, _, len)| len).sum()
+        self.used
     }
 }
 
@@ -140,6 +147,8 @@ pub(crate) struct Journal {
     rotation: usize,
     open: VecDeque<OpenEntry>,
     batches: BTreeMap<u64, BatchState>,
+    /// Batches in `batches` whose stage is `Done`.
+    done_batches: usize,
     committing: usize,
     /// The retirement point carried by a durable batch (or the superblock floor): replay never
     /// goes below it, so the space of batches under it may be reused.
@@ -191,6 +200,7 @@ impl Journal {
             rotation: 0,
             open: VecDeque::new(),
             batches: BTreeMap::new(),
+            done_batches: 0,
             committing: 0,
             durable_retired_below: floor,
             intents: NumberMap::default(),
@@ -417,12 +427,9 @@ impl Engine {
             .rings
             .iter()
             .enumerate()
-            .any(|(member, ring)| ring.used_bytes() * 2 > self.journal.ring_size(member));
-        let done_unretired = self
-            .journal
-            .batches
-            .values()
-            .any(|batch| matches!(batch.stage, BatchStage::Done { .. }));
+            .any(|(member, ring)| ring.used_bytes() * 2 > self.journal.ring_size(member))
+            || self.journal.done_batches >= RETIRE_AFTER_BATCHES;
+        let done_unretired = self.journal.done_batches > 0;
         if (waiting || pressure) && done_unretired && !self.journal.flush_running {
             self.journal.flush_running = true;
             self.start_flush(None, None);
@@ -825,6 +832,7 @@ impl Engine {
         batch.ops_left -= 1;
         if batch.ops_left == 0 {
             batch.stage = BatchStage::Done { done_epoch: epoch };
+            self.journal.done_batches += 1;
         }
     }
 
@@ -842,6 +850,7 @@ impl Engine {
             .collect();
         for sequence in retired {
             let batch = self.journal.batches.remove(&sequence).expect("listed");
+            self.journal.done_batches -= 1;
             for stripe in batch.intents {
                 if self.journal.intents.get(&stripe) == Some(&sequence) {
                     self.journal.intents.remove(&stripe);
