@@ -19,7 +19,7 @@ use tessera_buffer::{BufferId, BufferSlice};
 const MAX_BATCHES_IN_FLIGHT: usize = 2;
 /// Finished batches kept before a flush retires them, however large the ring: bounds the
 /// bookkeeping (and what a replay after a crash has to redo) on a big journal device.
-const RETIRE_AFTER_BATCHES: usize = 64;
+const RETIRE_AFTER_BATCHES: usize = 4096;
 
 /// One member's journal area, used as a ring of batches.
 #[derive(Default)]
