@@ -31,6 +31,9 @@ SPECS = (
     # optimal.
     Spec("raid5-journal", "Tessera RAID5 4+1, journal always_on", "btrfs-raid5"),
     Spec("raid6-journal", "Tessera RAID6 4+2, journal always_on", "btrfs-raid5"),
+    # The same with the journal on a dedicated journal drive (one more member file).
+    Spec("raid5-journal-device", "Tessera RAID5 4+1, journal on a journal drive", "btrfs-raid5"),
+    Spec("raid6-journal-device", "Tessera RAID6 4+2, journal on a journal drive", "btrfs-raid5"),
     # The transport target: RAID0 over in-memory members against nbdkit memory, QD32 only.
     Spec("raid0-memory", "Tessera RAID0, 4 in-memory members", "memory", queue_depths=(32,)),
     Spec("baseline", "Baseline: nbdkit file per member (5 members, aggregated)", None),
@@ -58,6 +61,10 @@ def build_target(name: str, shell: Shell, workdir: Path, daemon: TesseraDaemon):
         return TesseraTarget(name, label, "5", 5, daemon, journal="always_on")
     if name == "raid6-journal":
         return TesseraTarget(name, label, "6", 6, daemon, journal="always_on")
+    if name == "raid5-journal-device":
+        return TesseraTarget(name, label, "5", 5, daemon, journal="device")
+    if name == "raid6-journal-device":
+        return TesseraTarget(name, label, "6", 6, daemon, journal="device")
     if name == "raid0-memory":
         return TesseraTarget(name, label, "0", 4, daemon, memory_members=True)
     if name == "baseline":

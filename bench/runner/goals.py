@@ -131,6 +131,22 @@ def check(figures: dict[tuple[str, str, str], Figure]) -> list[Goal]:
                     1 - cost,
                 )
             )
+            device = [
+                ratio(
+                    value(f"{level}-journal-device", f"{corner}-qd{qd}"),
+                    value(level, f"{corner}-qd{qd}"),
+                )
+                for qd in depths
+            ]
+            device = [r for r in device if r is not None]
+            goals.append(
+                at_least(
+                    f"{level.upper()} journal on a journal drive, {label}: cost <= {cost:.0%} "
+                    f"(>= {1 - cost:.2f}x journal off; {where})",
+                    min(device) if device else None,
+                    1 - cost,
+                )
+            )
 
     ours = value("raid5", TAIL_POINT, "p99_9_us")
     theirs = value("baseline", TAIL_POINT, "p99_9_us")

@@ -222,7 +222,8 @@ class TesseraTarget:
         self.daemon = daemon
         self.memory_members = memory_members
         self.chunk = chunk
-        # Journal mode for `dg create --journal`; None keeps the default.
+        # Journal mode for `dg create --journal`, or "device" for a journal drive (one more
+        # member file); None keeps the default.
         self.journal = journal
         self.pd_ids: list[int] = []
         self.dg_id = -1
@@ -240,9 +241,13 @@ class TesseraTarget:
                 f"memory://{'0' * index}{pool.member_size_bytes}" for index in range(self.member_count)
             ]
         else:
-            paths = pool.members(self.name, self.member_count)
+            extra = 1 if self.journal == "device" else 0
+            paths = pool.members(self.name, self.member_count + extra)
         added = self.daemon.cli_json("pd", "add", *paths)
         self.pd_ids = [drive["id"] for drive in added]
+        journal = self.journal
+        if journal == "device":
+            journal = str(self.pd_ids.pop())
         group = self.daemon.cli_json(
             "dg",
             "create",
@@ -252,7 +257,7 @@ class TesseraTarget:
             self.chunk,
             "--name",
             f"dg-{self.name}",
-            *(["--journal", self.journal] if self.journal else []),
+            *(["--journal", journal] if journal else []),
             *[str(pd) for pd in self.pd_ids],
         )
         self.dg_id = group["id"]
