@@ -7,8 +7,9 @@
 //! `tests/replay.rs` runs every committed corpus and regression input through them on stable,
 //! so the normal test command exercises every target. `docs/fuzzing.md` says how to run them.
 //!
-//! Targets still to come, once their components exist: `journal_replay` (the write journal of
-//! `docs/fault-model.md`) and `thin_log_replay` (the thin virtual drive's log). Each gets a
+//! Targets still to come, once their components exist: `thin_log_replay` (the thin virtual
+//! drive's log). Journal replay as a whole runs under `engine_assemble`; `journal_batch`
+//! covers the batch decoder it trusts. Each gets a
 //! module here, an entry in [`TARGETS`], a one-line binary in `fuzz/fuzz_targets/` and a seed
 //! corpus in `fuzz/corpus/<name>/`; the replay test then picks it up by itself.
 
@@ -47,6 +48,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "bitmap_block",
         run: metadata::bitmap_block,
+    },
+    Target {
+        name: "journal_batch",
+        run: metadata::journal_batch,
     },
     Target {
         name: "engine_assemble",

@@ -1,11 +1,12 @@
-//! What is read from a member drive before anything trusts it: superblock copies and bitmap
-//! blocks. Both carry a CRC32C, which random mutations almost never get right, so each target
+//! What is read from a member drive before anything trusts it: superblock copies, bitmap
+//! blocks and journal batches. Both carry a CRC32C, which random mutations almost never get right, so each target
 //! decodes the input twice: as found (the checksum path), and "sealed", with a valid checksum
 //! written in, so mutations reach every field check behind it.
 
 use std::ops::Range;
 use tessera_raid::bitmap::{self, BLOCK_BYTES};
-use tessera_raid::superblock::{SUPERBLOCK_BYTES, Superblock, newest_copy};
+use tessera_raid::journal;
+use tessera_raid::superblock::{SUPERBLOCK_BYTES, Superblock, Uuid, newest_copy};
 
 /// Where a superblock copy keeps its CRC32C (`docs/disk-format.md`); it is computed with this
 /// field zeroed.
@@ -98,4 +99,61 @@ pub fn bitmap_block(data: &[u8]) {
             "a decoded bitmap block does not survive encode and decode"
         );
     }
+}
+
+/// Where a journal batch keeps its CRC32C, computed over the whole batch with this zeroed.
+const BATCH_CRC: Range<usize> = 12..16;
+
+/// Journal batch decoding (`journal::decode_batch`), what replay trusts after a crash. The
+/// group uuid the reader expects is taken from the input's own header, so mutations get past
+/// that check; the batch is decoded as found and sealed (a valid CRC32C over the length its
+/// header names). Whatever decodes must name payloads inside the batch and survive encoding
+/// and decoding again.
+pub fn journal_batch(data: &[u8]) {
+    let mut uuid = [0u8; 16];
+    if let Some(bytes) = data.get(16..32) {
+        uuid.copy_from_slice(bytes);
+    }
+    let group = Uuid(uuid);
+    let _ = journal::decode_batch(data, group);
+    let Ok(header) = journal::decode_header(data, group) else {
+        return;
+    };
+    let Ok(total) = usize::try_from(header.total_bytes) else {
+        return;
+    };
+    if total > 64 << 20 {
+        return;
+    }
+    let image = seal(data, total, BATCH_CRC);
+    let Ok(batch) = journal::decode_batch(&image, group) else {
+        return;
+    };
+    for (entry, offsets) in batch.entries.iter().zip(&batch.payload_offsets) {
+        for (write, &offset) in entry.writes.iter().zip(offsets) {
+            assert!(
+                offset + write.len_bytes <= header.total_bytes,
+                "a payload outside its batch: {write:?} at {offset}"
+            );
+        }
+    }
+    let mut again = vec![0u8; journal::batch_bytes(&batch.entries) as usize];
+    journal::encode_batch(
+        &mut again,
+        group,
+        batch.header.sequence,
+        batch.header.retired_below,
+        &batch.entries,
+        |entry, write, out| {
+            let at = batch.payload_offsets[entry][write] as usize;
+            out.copy_from_slice(&image[at..at + out.len()]);
+        },
+    );
+    let decoded = journal::decode_batch(&again, group).expect("a re-encoded batch decodes");
+    assert_eq!(
+        decoded.entries, batch.entries,
+        "a decoded batch does not survive encode and decode"
+    );
+    assert_eq!(decoded.header.sequence, batch.header.sequence);
+    assert_eq!(decoded.header.retired_below, batch.header.retired_below);
 }

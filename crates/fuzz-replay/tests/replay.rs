@@ -122,6 +122,7 @@ replay_tests!(
     nbd_client_replies,
     superblock,
     bitmap_block,
+    journal_batch,
     engine_assemble,
     api_http,
     api_router,

@@ -55,6 +55,7 @@ fn all_seeds() -> Vec<Seed> {
     seeds.extend(client_reply_seeds());
     seeds.extend(superblock_seeds());
     seeds.extend(bitmap_seeds());
+    seeds.extend(journal_seeds());
     seeds.extend(engine_seeds());
     seeds.extend(api_http_seeds());
     seeds.extend(api_router_seeds());
@@ -773,6 +774,80 @@ fn bitmap_seeds_decode() {
         let tag = u64::from_le_bytes(seed.bytes[..8].try_into().unwrap());
         let index = u32::from_le_bytes(seed.bytes[8..12].try_into().unwrap());
         let decoded = bitmap::decode_block(&seed.bytes[12..], tag, index);
+        assert!(decoded.is_ok(), "{}: {decoded:?}", seed.name);
+    }
+}
+
+// ----- journal batches -----
+
+fn journal_seeds() -> Vec<Seed> {
+    use tessera_raid::geometry::Column;
+    use tessera_raid::journal::{self, EntryDescriptor, EntryKind, WriteDescriptor};
+    let group = tessera_raid::superblock::Uuid([0x5a; 16]);
+    let encode = |sequence: u64, entries: &[EntryDescriptor]| {
+        let mut out = vec![0u8; journal::batch_bytes(entries) as usize];
+        journal::encode_batch(
+            &mut out,
+            group,
+            sequence,
+            sequence / 2,
+            entries,
+            |e, w, b| {
+                b.fill(u8::try_from(e * 16 + w + 1).expect("small"));
+            },
+        );
+        out
+    };
+    let redo = EntryDescriptor {
+        kind: EntryKind::Redo,
+        stripe: 7,
+        writes: vec![
+            WriteDescriptor {
+                column: Column::Data(1),
+                within_bytes: 512,
+                len_bytes: 1024,
+            },
+            WriteDescriptor {
+                column: Column::Parity(0),
+                within_bytes: 512,
+                len_bytes: 1024,
+            },
+            WriteDescriptor {
+                column: Column::Parity(1),
+                within_bytes: 512,
+                len_bytes: 1024,
+            },
+        ],
+    };
+    let intent = EntryDescriptor {
+        kind: EntryKind::Intent,
+        stripe: 9,
+        writes: Vec::new(),
+    };
+    vec![
+        seed(
+            "journal_batch",
+            "redo",
+            encode(3, std::slice::from_ref(&redo)),
+        ),
+        seed(
+            "journal_batch",
+            "intent",
+            encode(4, std::slice::from_ref(&intent)),
+        ),
+        seed(
+            "journal_batch",
+            "mixed",
+            encode(5, &[redo.clone(), intent, redo]),
+        ),
+    ]
+}
+
+#[test]
+fn journal_seeds_decode() {
+    let group = tessera_raid::superblock::Uuid([0x5a; 16]);
+    for seed in journal_seeds() {
+        let decoded = tessera_raid::journal::decode_batch(&seed.bytes, group);
         assert!(decoded.is_ok(), "{}: {decoded:?}", seed.name);
     }
 }

@@ -296,6 +296,11 @@ pub fn decode_batch(bytes: &[u8], group_uuid: Uuid) -> Result<Batch, BatchError>
             ));
             let within_bytes =
                 u64::from_le_bytes(image[at + 8..at + 16].try_into().expect("8 bytes"));
+            let sector = PAYLOAD_ALIGN_BYTES as u64;
+            if !len_bytes.is_multiple_of(sector) || !within_bytes.is_multiple_of(sector) {
+                // Replay writes these ranges to members in place, sector by sector.
+                return Err(BatchError::Malformed("write not in whole sectors"));
+            }
             entry.writes.push(WriteDescriptor {
                 column: column_from_code(image[at]),
                 within_bytes,
