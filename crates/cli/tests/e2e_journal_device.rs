@@ -4,23 +4,6 @@
 
 mod daemon;
 use daemon::{Daemon, fio_verify, have};
-use std::time::{Duration, Instant};
-
-fn wait_for(daemon: &Daemon, what: &str, mut done: impl FnMut(&serde_json::Value) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let group = daemon.json(&["dg", "describe", "0"]);
-        if done(&group) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {group:#}\ndaemon log:\n{}",
-            daemon.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 #[test]
 fn a_journal_drive_holds_the_journal_until_it_fails() {
@@ -54,7 +37,7 @@ fn a_journal_drive_holds_the_journal_until_it_fails() {
 
     daemon.ok(&["vd", "create", "0", "--size", "128M", "--name", "j"]);
     let uri = daemon.uri("j");
-    wait_for(&daemon, "journal coverage", |group| {
+    daemon.wait_for_group("0", "journal coverage", |group| {
         group["journal"]["covering"] == true
     });
     fio_verify(
@@ -83,7 +66,7 @@ fn a_journal_drive_holds_the_journal_until_it_fails() {
 
     // The journal drive fails: the group stays optimal, the journal moves to the members.
     daemon.ok(&["pd", "fail", journal_pd]);
-    wait_for(&daemon, "the journal back on the members", |group| {
+    daemon.wait_for_group("0", "the journal back on the members", |group| {
         group["journal"]["placement"] == "members" && group["journal"]["covering"] == true
     });
     assert_eq!(daemon.json(&["dg", "describe", "0"])["state"], "optimal");

@@ -16,22 +16,6 @@ impl Drop for Server {
     }
 }
 
-fn wait_for(daemon: &Daemon, what: &str, mut done: impl FnMut(&serde_json::Value) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let group = daemon.json(&["dg", "describe", "0"]);
-        if done(&group) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {group:#}\ndaemon log:\n{}",
-            daemon.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn a_remote_member_that_disappears_degrades_the_group_and_io_goes_on() {
     if !have("fio") || !have("nbdkit") {
@@ -81,7 +65,7 @@ fn a_remote_member_that_disappears_degrades_the_group_and_io_goes_on() {
         &["--randseed=22", "--offset=64M", "--end_fsync=1"],
         daemon.dir.path(),
     );
-    wait_for(&daemon, "the group degraded", |group| {
+    daemon.wait_for_group("0", "the group degraded", |group| {
         group["state"] == "degraded"
     });
     let remote = daemon

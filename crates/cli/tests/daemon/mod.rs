@@ -204,6 +204,28 @@ impl Daemon {
         })
     }
 
+    /// Polls `dg describe DG --json` until `done` holds (60 s at most).
+    pub fn wait_for_group(
+        &self,
+        dg: &str,
+        what: &str,
+        mut done: impl FnMut(&serde_json::Value) -> bool,
+    ) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let group = self.json(&["dg", "describe", dg]);
+            if done(&group) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {group:#}\ndaemon log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     pub fn group_members(&self, dg: &str) -> Vec<serde_json::Value> {
         self.json(&["dg", "describe", dg])["members"]
             .as_array()
