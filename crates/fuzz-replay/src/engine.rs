@@ -182,6 +182,10 @@ impl<'a> Drive<'a> {
                         }
                     }
                     Command::Event(_) => {}
+                    Command::Compute(command) => {
+                        engine.run_compute(&command.job);
+                        engine.compute_done(command.id);
+                    }
                 }
                 continue;
             }

@@ -51,6 +51,9 @@ pub struct Config {
     /// Per-million chance that a crash also takes members away before the group is assembled
     /// again (within tolerance only while the journal covers every stripe update).
     pub crash_loss_chance: u64,
+    /// The engine hands full-stripe parity work out (`Command::Compute`); the world carries it
+    /// out after a random delay, as a GPU batch would complete.
+    pub offload_parity: bool,
 }
 
 impl Config {
@@ -111,13 +114,23 @@ impl Config {
                 JournalMode::AlwaysOff,
             ]),
             crash_loss_chance: *rng.pick(&[0u64, 300_000, 700_000]),
+            // Drawn last, so that every other field of a seed stays what it was before.
+            offload_parity: rng.chance(500_000),
         }
         .with_overrides()
     }
 
     /// `TESSERA_SIM_JOURNAL=always_on|degrade_only|always_off` replaces the seed's journal mode
-    /// (to tell whether a failure depends on it); nothing else changes.
+    /// and `TESSERA_SIM_OFFLOAD=on|off` its parity offload (to tell whether a failure depends on
+    /// them); nothing else changes.
     fn with_overrides(mut self) -> Config {
+        if let Ok(offload) = std::env::var("TESSERA_SIM_OFFLOAD") {
+            self.offload_parity = match offload.as_str() {
+                "1" | "on" => true,
+                "0" | "off" => false,
+                other => panic!("TESSERA_SIM_OFFLOAD={other}: not on or off"),
+            };
+        }
         if let Ok(mode) = std::env::var("TESSERA_SIM_JOURNAL") {
             self.journal_mode = match mode.as_str() {
                 "always_on" => JournalMode::AlwaysOn,

@@ -246,6 +246,10 @@ impl Harness {
                     self.replies.push((reply.id, result));
                 }
                 Command::Event(event) => self.events.push(event),
+                Command::Compute(command) => {
+                    self.engine.run_compute(&command.job);
+                    self.engine.compute_done(command.id);
+                }
             }
         }
         replies

@@ -50,10 +50,12 @@ fn main() -> ExitCode {
     let mut crashes = 0;
     let mut crash_losses = 0;
     let mut faults = 0;
+    let mut computes = 0;
     for seed in from..from + count {
         let outcome = run_seed(seed);
         crashes += outcome.stats.crashes;
         crash_losses += outcome.stats.crash_losses;
+        computes += outcome.stats.offloaded_computes;
         faults += outcome.stats.member_losses
             + outcome.stats.write_failures
             + outcome.stats.latent_errors
@@ -67,7 +69,7 @@ fn main() -> ExitCode {
         }
     }
     println!(
-        "{} seeds from {from}: {} passed, {} failed ({crashes} crashes, {crash_losses} of them losing members, {faults} member faults injected)",
+        "{} seeds from {from}: {} passed, {} failed ({crashes} crashes, {crash_losses} of them losing members, {faults} member faults injected, {computes} parity computations offloaded)",
         count,
         count - failures.len() as u64,
         failures.len()

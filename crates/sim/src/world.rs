@@ -8,13 +8,15 @@ use crate::pattern::{self, SECTOR_BYTES};
 use crate::prng::Rng;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use tessera_parity::Kernel;
 use tessera_raid::engine::{
-    Command, CreateSpec, DeviceProbe, Engine, EngineConfig, GroupEvent, GroupState, HostError,
-    HostOp, HostRequest, MemberCommand, MemberOp, Reply,
+    Command, ComputeCommand, ComputeJob, CreateSpec, DeviceProbe, Engine, EngineConfig, GroupEvent,
+    GroupState, HostError, HostOp, HostRequest, MemberCommand, MemberOp, Reply,
 };
 use tessera_raid::geometry::{Column, Geometry};
+use tessera_raid::plan::Recovery;
 use tessera_raid::superblock::{SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS, Uuid, newest_copy};
 
 /// What a run did, for the summary line.
@@ -34,6 +36,8 @@ pub struct Stats {
     pub rebuilds: u64,
     pub failed_requests: u64,
     pub sim_time_us: u64,
+    /// Parity computations handed out by the engine and carried out by the world.
+    pub offloaded_computes: u64,
 }
 
 struct Device {
@@ -50,6 +54,11 @@ enum Scheduled {
         command: MemberCommand,
         device: usize,
         flush_point: u64,
+    },
+    /// Handed-out parity work and a digest of its inputs when it was handed out.
+    Compute {
+        command: ComputeCommand,
+        inputs_digest: u64,
     },
 }
 
@@ -160,6 +169,7 @@ impl World {
             rebuild_window: self.config.rebuild_window,
             resync_window: 2,
             rebuild_checkpoint_bytes: 4 * self.config.chunk_bytes,
+            offload_parity: self.config.offload_parity,
         }
     }
 
@@ -443,8 +453,17 @@ impl World {
             && time <= now
         {
             self.queue.pop();
-            let scheduled = self.scheduled.remove(&sequence).expect("scheduled command");
-            self.execute(scheduled);
+            match self.scheduled.remove(&sequence).expect("scheduled command") {
+                Scheduled::Member {
+                    command,
+                    device,
+                    flush_point,
+                } => self.execute(command, device, flush_point),
+                Scheduled::Compute {
+                    command,
+                    inputs_digest,
+                } => self.execute_compute(command, inputs_digest)?,
+            }
         }
         self.drain()
     }
@@ -458,8 +477,79 @@ impl World {
                 Command::Member(command) => self.schedule(command),
                 Command::Reply(reply) => self.host_reply(reply)?,
                 Command::Event(event) => self.event(event),
+                Command::Compute(command) => self.schedule_compute(command),
             }
         }
+        Ok(())
+    }
+
+    /// The digest of the buffers a computation reads.
+    fn compute_inputs_digest(&self, job: &ComputeJob) -> u64 {
+        let pool = self.engine.as_ref().expect("engine running").pool();
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        match job {
+            ComputeJob::Parity { data, .. } => {
+                for slice in data {
+                    pool.bytes(*slice).hash(&mut hasher);
+                }
+            }
+            ComputeJob::Recover {
+                recovery,
+                data,
+                p,
+                q,
+            } => {
+                let lost: &[usize] = match recovery {
+                    Recovery::FromP { lost } | Recovery::FromQ { lost } => {
+                        std::slice::from_ref(lost)
+                    }
+                    Recovery::FromPq { lost } => lost,
+                };
+                for (index, slice) in data.iter().enumerate() {
+                    if !lost.contains(&index) {
+                        pool.bytes(*slice).hash(&mut hasher);
+                    }
+                }
+                for slice in [p, q].into_iter().flatten() {
+                    pool.bytes(*slice).hash(&mut hasher);
+                }
+            }
+        }
+        hasher.finish()
+    }
+
+    fn schedule_compute(&mut self, command: ComputeCommand) {
+        // A batch waits for others to join it, then for the engine that runs it.
+        let latency = self.rng.between(1, 3_000);
+        let inputs_digest = self.compute_inputs_digest(&command.job);
+        self.sequence += 1;
+        self.queue
+            .push(Reverse((self.now_us + latency, self.sequence)));
+        self.scheduled.insert(
+            self.sequence,
+            Scheduled::Compute {
+                command,
+                inputs_digest,
+            },
+        );
+    }
+
+    /// Carries out parity work at the time it completes, so that an engine that touched its
+    /// buffers in the meantime is caught (by the digest, or by wrong data later).
+    fn execute_compute(
+        &mut self,
+        command: ComputeCommand,
+        inputs_digest: u64,
+    ) -> Result<(), String> {
+        if self.compute_inputs_digest(&command.job) != inputs_digest {
+            return Err(format!(
+                "the engine changed the inputs of parity work in flight: {command:?}"
+            ));
+        }
+        let engine = self.engine.as_mut().expect("engine running");
+        engine.run_compute(&command.job);
+        engine.compute_done(command.id);
+        self.stats.offloaded_computes += 1;
         Ok(())
     }
 
@@ -484,12 +574,7 @@ impl World {
         );
     }
 
-    fn execute(&mut self, scheduled: Scheduled) {
-        let Scheduled::Member {
-            command,
-            device,
-            flush_point,
-        } = scheduled;
+    fn execute(&mut self, command: MemberCommand, device: usize, flush_point: u64) {
         let engine = self.engine.as_mut().expect("engine running");
         let member = &mut self.devices[device].member;
         if let Ok(spec) = std::env::var("TESSERA_SIM_WATCH_MEMBER") {
@@ -913,7 +998,10 @@ impl World {
         for scheduled in self.scheduled.values() {
             let Scheduled::Member {
                 command, device, ..
-            } = scheduled;
+            } = scheduled
+            else {
+                continue;
+            };
             if let MemberOp::Write {
                 offset_bytes,
                 buffer,

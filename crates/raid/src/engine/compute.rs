@@ -1,12 +1,161 @@
 //! Parity arithmetic over buffers of the arena: the bridge between stripe plans and the
 //! parity kernels.
 
-use super::Engine;
-use crate::geometry::MAX_MEMBERS;
-use crate::plan::Recovery;
+use super::stripe::{Image, Kind, StripeOp, Work};
+use super::{Command, ComputeCommand, ComputeId, ComputeJob, Engine, OpId};
+use crate::geometry::{Column, MAX_MEMBERS};
+use crate::plan::{Recovery, WriteStrategy};
 use tessera_buffer::BufferSlice;
 
 impl Engine {
+    /// Whether full-stripe parity work is handed out (`Command::Compute`).
+    pub fn offload_parity(&self) -> bool {
+        self.config.offload_parity
+    }
+
+    /// Starts or stops handing full-stripe parity work out; work already handed out still
+    /// completes through `compute_done`.
+    pub fn set_offload_parity(&mut self, offload: bool) {
+        self.config.offload_parity = offload;
+    }
+
+    /// Carries out handed-out parity work with the engine's own kernel (for environments that
+    /// have no other parity engine, and the simulator). Call `compute_done` afterwards.
+    pub fn run_compute(&mut self, job: &ComputeJob) {
+        match job {
+            ComputeJob::Parity { data, parity } => self.generate_parity(data, parity),
+            ComputeJob::Recover {
+                recovery,
+                data,
+                p,
+                q,
+            } => self.recover_data(*recovery, data, *p, *q),
+        }
+    }
+
+    /// Handed-out parity work is done: its outputs are in place.
+    pub fn compute_done(&mut self, id: ComputeId) {
+        let op = super::slab::Key::from_u64(id.0);
+        let entry = self.ops.get_mut(op).expect("compute of an op in flight");
+        assert!(
+            entry.computed && entry.pending_io > 0,
+            "unexpected compute_done"
+        );
+        entry.pending_io -= 1;
+        if entry.pending_io == 0 {
+            self.advance_op(op);
+        }
+        self.pump();
+    }
+
+    /// The parity work of an op whose reads are done, if it is full-stripe work worth handing
+    /// out: it must be exactly what the compute stage would do inline, on the same buffers,
+    /// and its outputs must not feed another computation of the op.
+    pub(super) fn offload_job(&self, op: &StripeOp) -> Option<ComputeJob> {
+        let parity_chunks = self.geometry.parity_chunks();
+        if !self.config.offload_parity || parity_chunks == 0 {
+            return None;
+        }
+        let data_chunks = self.geometry.data_chunks();
+        match (&op.kind, &op.work) {
+            (
+                Kind::Write { fragments },
+                Work::ParityWrite {
+                    strategy: WriteStrategy::ReconstructWrite,
+                    range,
+                    data,
+                    parity_new,
+                    ..
+                },
+            ) => {
+                // A full-stripe write: every data chunk is one whole fragment, no scratch.
+                if range.len() != self.geometry.chunk_bytes() || data.iter().any(Option::is_some) {
+                    return None;
+                }
+                let sources = (0..data_chunks)
+                    .map(|index| {
+                        fragments
+                            .iter()
+                            .find(|f| f.index == index)
+                            .filter(|f| f.buffer.len() as u64 == range.len())
+                            .map(|f| f.buffer)
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                let parity = parity_new[..parity_chunks]
+                    .iter()
+                    .map(|p| p.expect("parity buffer"))
+                    .collect();
+                Some(ComputeJob::Parity {
+                    data: sources,
+                    parity,
+                })
+            }
+            (
+                Kind::Resync | Kind::Scrub { .. },
+                Work::Chunk {
+                    image,
+                    source: None,
+                    parity_out,
+                },
+            ) if image.recovery.is_none() && parity_out[0].is_some() => {
+                let (data, parity) = self.image_parity_slices(image, parity_out);
+                Some(ComputeJob::Parity { data, parity })
+            }
+            (
+                Kind::Rebuild { column, .. },
+                Work::Chunk {
+                    image,
+                    source: None,
+                    parity_out,
+                },
+            ) if !op.salvaging => match (column, image.recovery) {
+                (Column::Data(_), Some(recovery)) => Some(ComputeJob::Recover {
+                    recovery,
+                    data: image.data[..data_chunks]
+                        .iter()
+                        .map(|slot| slot.expect("image buffer"))
+                        .collect(),
+                    p: image.parity[0],
+                    q: image.parity[1],
+                }),
+                (Column::Parity(_), None) => {
+                    let (data, parity) = self.image_parity_slices(image, parity_out);
+                    Some(ComputeJob::Parity { data, parity })
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Hands an op's parity work out; the op waits for it like for its I/O.
+    pub(super) fn issue_compute(&mut self, id: OpId, op: &mut StripeOp, job: ComputeJob) {
+        op.computed = true;
+        op.pending_io += 1;
+        self.counters.offloaded_parity_bytes += job.data_bytes();
+        self.out.push_back(Command::Compute(ComputeCommand {
+            id: ComputeId(id.to_u64()),
+            job,
+        }));
+    }
+
+    /// The data chunks of a stripe image and the parity outputs to compute from them.
+    pub(super) fn image_parity_slices(
+        &self,
+        image: &Image,
+        parity_out: &[Option<BufferSlice>; 2],
+    ) -> (Vec<BufferSlice>, Vec<BufferSlice>) {
+        let data = image.data[..self.geometry.data_chunks()]
+            .iter()
+            .map(|slot| slot.expect("image buffer"))
+            .collect();
+        let parity = parity_out[..self.geometry.parity_chunks()]
+            .iter()
+            .map(|slot| slot.expect("parity output"))
+            .collect();
+        (data, parity)
+    }
+
     /// Generates parity (P, or P and Q) from `data` into `parity`.
     pub(super) fn generate_parity(&mut self, data: &[BufferSlice], parity: &[BufferSlice]) {
         let kernel = self.parity.clone();

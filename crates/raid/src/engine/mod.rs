@@ -25,8 +25,9 @@ pub use journal::JournalStatus;
 pub use meta::{AssembleError, CreateSpec, DeviceProbe};
 pub use scrub::ScrubStats;
 pub use types::{
-    AdminError, Command, CommandId, EngineConfig, FailReason, GroupEvent, GroupState, HostError,
-    HostOp, HostRequest, MemberCommand, MemberError, MemberOp, Reply,
+    AdminError, Command, CommandId, ComputeCommand, ComputeId, ComputeJob, EngineConfig,
+    FailReason, GroupEvent, GroupState, HostError, HostOp, HostRequest, MemberCommand, MemberError,
+    MemberOp, Reply,
 };
 
 use crate::geometry::{Column, Geometry};
@@ -170,6 +171,8 @@ pub struct Counters {
     /// Bytes written to journal areas, every copy counted.
     pub journal_bytes: u64,
     pub journal_replayed_entries: u64,
+    /// Data bytes of parity work handed out as `Command::Compute`.
+    pub offloaded_parity_bytes: u64,
 }
 
 /// A point-in-time view of the group for operators and tests.

@@ -313,15 +313,10 @@ impl Engine {
         self.background.scrub_stats_mut().stripes_checked += 1;
         let data_chunks = self.geometry.data_chunks();
         let parity_chunks = self.geometry.parity_chunks();
-        let data: Vec<BufferSlice> = image.data[..data_chunks]
-            .iter()
-            .map(|slot| slot.expect("image"))
-            .collect();
-        let fresh: Vec<BufferSlice> = parity_out[..parity_chunks]
-            .iter()
-            .map(|slot| slot.expect("parity out"))
-            .collect();
-        self.generate_parity(&data, &fresh);
+        let (data, fresh) = self.image_parity_slices(image, parity_out);
+        if !op.computed {
+            self.generate_parity(&data, &fresh);
+        }
         let stored: Vec<BufferSlice> = image.parity[..parity_chunks]
             .iter()
             .map(|slot| slot.expect("parity read"))

@@ -86,6 +86,8 @@ pub(crate) enum Stage {
     Gate,
     Plan,
     Reading,
+    /// Waiting for handed-out parity work (`Command::Compute`).
+    Offloading,
     Compute,
     /// Waiting for the op's journal entry to be durable before writing in place.
     Journal,
@@ -173,6 +175,8 @@ pub(crate) struct StripeOp {
     pub(super) unjournaled: bool,
     /// A resync run by journal replay (not by background resync).
     pub(super) journal_replay: bool,
+    /// The op's parity work was done outside the engine; the compute stage must not redo it.
+    pub(super) computed: bool,
 }
 
 impl StripeOp {
@@ -201,6 +205,7 @@ impl StripeOp {
             journal_committed: false,
             unjournaled: false,
             journal_replay: false,
+            computed: false,
         }
     }
 
@@ -392,9 +397,18 @@ impl Engine {
                         self.free_scratch(op);
                         op.work = Work::None;
                         op.stage = Stage::Plan;
+                    } else if let Some(job) = self.offload_job(op) {
+                        self.issue_compute(id, op, job);
+                        op.stage = Stage::Offloading;
                     } else {
                         op.stage = Stage::Compute;
                     }
+                }
+                Stage::Offloading => {
+                    if op.pending_io > 0 {
+                        return true;
+                    }
+                    op.stage = Stage::Compute;
                 }
                 Stage::Compute => {
                     let is_write = matches!(op.kind, Kind::Write { .. });
@@ -1120,7 +1134,9 @@ impl Engine {
                         .iter()
                         .map(|p| p.expect("parity buffer"))
                         .collect();
-                    self.generate_parity(&sources, &outputs);
+                    if !op.computed {
+                        self.generate_parity(&sources, &outputs);
+                    }
                     for (which, buffer) in outputs.into_iter().enumerate() {
                         parity_writes.push((which, buffer, range.start_bytes));
                     }
@@ -1287,15 +1303,7 @@ impl Engine {
             image, parity_out, ..
         } = &work
         {
-            let data_chunks = self.geometry.data_chunks();
-            let data: Vec<BufferSlice> = image.data[..data_chunks]
-                .iter()
-                .map(|slot| slot.expect("image"))
-                .collect();
-            let outputs: Vec<BufferSlice> = parity_out[..self.geometry.parity_chunks()]
-                .iter()
-                .map(|p| p.expect("out"))
-                .collect();
+            let (data, outputs) = self.image_parity_slices(image, parity_out);
             self.generate_parity(&data, &outputs);
             writes.extend(
                 outputs
@@ -1346,21 +1354,17 @@ impl Engine {
         let content = match (source, column) {
             (Some((buffer, _)), _) => *buffer,
             (None, Column::Data(index)) => {
-                self.image_recover(image);
+                if !op.computed {
+                    self.image_recover(image);
+                }
                 image.data[index].expect("image buffer")
             }
             (None, Column::Parity(which)) => {
-                self.image_recover(image);
-                let data_chunks = self.geometry.data_chunks();
-                let data: Vec<BufferSlice> = image.data[..data_chunks]
-                    .iter()
-                    .map(|slot| slot.expect("image"))
-                    .collect();
-                let outputs: Vec<BufferSlice> = parity_out[..self.geometry.parity_chunks()]
-                    .iter()
-                    .map(|p| p.expect("out"))
-                    .collect();
-                self.generate_parity(&data, &outputs);
+                let (data, outputs) = self.image_parity_slices(image, parity_out);
+                if !op.computed {
+                    self.image_recover(image);
+                    self.generate_parity(&data, &outputs);
+                }
                 outputs[which]
             }
         };
@@ -1403,16 +1407,10 @@ impl Engine {
             Work::Chunk {
                 image, parity_out, ..
             } => {
-                let data_chunks = self.geometry.data_chunks();
-                let data: Vec<BufferSlice> = image.data[..data_chunks]
-                    .iter()
-                    .map(|slot| slot.expect("image"))
-                    .collect();
-                let outputs: Vec<BufferSlice> = parity_out[..self.geometry.parity_chunks()]
-                    .iter()
-                    .map(|p| p.expect("out"))
-                    .collect();
-                self.generate_parity(&data, &outputs);
+                let (data, outputs) = self.image_parity_slices(image, parity_out);
+                if !op.computed {
+                    self.generate_parity(&data, &outputs);
+                }
                 for (which, buffer) in outputs.into_iter().enumerate() {
                     for (member, offset) in self.column_writers(op.stripe, Column::Parity(which)) {
                         self.op_issue(

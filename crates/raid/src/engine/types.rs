@@ -1,5 +1,6 @@
 //! The engine's vocabulary with the outside world: requests in, commands and replies out.
 
+use crate::plan::Recovery;
 use crate::superblock::Uuid;
 use std::fmt;
 use tessera_buffer::{BufferId, BufferSlice};
@@ -119,12 +120,59 @@ pub struct MemberCommand {
     pub op: MemberOp,
 }
 
+/// Names one parity computation handed out; echoed back in `Engine::compute_done`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ComputeId(pub u64);
+
+/// Full-stripe parity arithmetic handed to the environment (with
+/// `EngineConfig::offload_parity`), so that it can be batched with others and sent to the
+/// fastest parity engine (a GPU). Carry it out on the buffers and report
+/// `Engine::compute_done(id)`; the engine keeps every buffer named live and untouched until
+/// then, as for member I/O. `Engine::run_compute` does it with the engine's own kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ComputeCommand {
+    pub id: ComputeId,
+    pub job: ComputeJob,
+}
+
+/// What a handed-out computation does. Every slice has the same length.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ComputeJob {
+    /// P (`parity` holds one slice) or P and Q (two) of the data chunks, given in position
+    /// order (Q coefficient 2^i for `data[i]`).
+    Parity {
+        data: Vec<BufferSlice>,
+        parity: Vec<BufferSlice>,
+    },
+    /// The lost data chunks that `recovery` names are written into their slices of `data` (the
+    /// others are read), from the surviving chunks and the parity the recovery uses.
+    Recover {
+        recovery: Recovery,
+        data: Vec<BufferSlice>,
+        p: Option<BufferSlice>,
+        q: Option<BufferSlice>,
+    },
+}
+
+impl ComputeJob {
+    /// Bytes of data chunks the job stands for (lost ones included): the unit of parity
+    /// throughput.
+    pub fn data_bytes(&self) -> u64 {
+        let data = match self {
+            ComputeJob::Parity { data, .. } | ComputeJob::Recover { data, .. } => data,
+        };
+        data.iter().map(|slice| slice.len() as u64).sum()
+    }
+}
+
 /// What the engine asks of its environment.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Command {
     Member(MemberCommand),
     Reply(Reply),
     Event(GroupEvent),
+    /// Parity work to carry out (only with `EngineConfig::offload_parity`).
+    Compute(ComputeCommand),
 }
 
 /// Something an operator should hear about.
@@ -237,6 +285,10 @@ pub struct EngineConfig {
     pub resync_window: usize,
     /// Rebuild progress is recorded in the superblock at least this often (member bytes).
     pub rebuild_checkpoint_bytes: u64,
+    /// Hand full-stripe parity work (full-stripe writes, rebuild, resync, scrub) out as
+    /// `Command::Compute` instead of computing it inline; read-modify-write updates and
+    /// degraded host reads always stay inline. Changeable with `Engine::set_offload_parity`.
+    pub offload_parity: bool,
 }
 
 impl Default for EngineConfig {
@@ -248,6 +300,7 @@ impl Default for EngineConfig {
             rebuild_window: 4,
             resync_window: 4,
             rebuild_checkpoint_bytes: 64 << 20,
+            offload_parity: false,
         }
     }
 }

@@ -93,6 +93,10 @@ impl Bench {
                         }
                     }
                     Command::Event(_) => {}
+                    Command::Compute(command) => {
+                        self.engine.run_compute(&command.job);
+                        self.engine.compute_done(command.id);
+                    }
                 }
             }
             if commands.is_empty() {
