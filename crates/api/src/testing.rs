@@ -241,7 +241,11 @@ impl Controller for FakeController {
                 submit_latency_us: None,
                 calibration: Vec::new(),
                 min_batch_bytes: Some(0),
+                failure: None,
+                batches: 0,
+                computed_bytes: 0,
             }],
+            parity_offload: false,
             io: IoView {
                 driver: "poll".to_string(),
                 io_uring: false,

@@ -133,14 +133,18 @@ fn objects_have_the_documented_keys() {
                "parity_engines": [{"name": "gpu0", "kind": "gpu", "adapter": "llvmpipe",
                                    "submit_latency_us": 33.0,
                                    "calibration": [{"batch_bytes": 1048576, "gbps": 1.9}],
-                                   "min_batch_bytes": null}],
+                                   "min_batch_bytes": null, "failure": null,
+                                   "batches": 3, "computed_bytes": 3145728}],
+               "parity_offload": true,
                "io": {"driver": "io_uring", "io_uring": true, "reason": null},
                "nbd_socket": "/run/tessera/nbd.sock", "nbd_listen": null}),
-        "version parity_engine uptime_seconds parity parity_engines io nbd_socket nbd_listen",
+        "version parity_engine uptime_seconds parity parity_engines parity_offload io nbd_socket nbd_listen",
     );
     assert_eq!(
         keys(&info["parity_engines"][0]),
-        documented("name kind adapter submit_latency_us calibration min_batch_bytes")
+        documented(
+            "name kind adapter submit_latency_us calibration min_batch_bytes failure batches computed_bytes"
+        )
     );
     assert_eq!(
         keys(&info["parity"]["choices"][0]),

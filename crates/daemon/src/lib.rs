@@ -2,6 +2,8 @@
 //! data-plane thread, serves virtual drives over NBD and the management API on a Unix socket.
 
 mod blob;
+#[cfg(feature = "gpu")]
+mod compute;
 mod control;
 mod devices;
 mod events;

@@ -6,6 +6,14 @@ use std::fmt::Write;
 /// A per-virtual-drive counter: name, help text, and its value as text.
 type VdSeries = (&'static str, &'static str, fn(&VdIo) -> String);
 
+/// A per-parity-engine series: name, type, help text, and its value.
+type EngineSeries = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&tessera_api::model::ParityEngineView) -> u64,
+);
+
 impl DataPlane {
     pub fn metrics_text(&self) -> String {
         let mut out = String::new();
@@ -71,6 +79,11 @@ impl DataPlane {
                 "Host writes answered by a drive group.",
                 |c| c.host_writes,
             ),
+            (
+                "tessera_dg_parity_offloaded_bytes_total",
+                "Data bytes of full-stripe parity work a drive group handed to the parity engines.",
+                |c| c.offloaded_parity_bytes,
+            ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} counter");
@@ -80,7 +93,46 @@ impl DataPlane {
             }
         }
         self.vd_metrics(&mut out);
+        self.parity_engine_metrics(&mut out);
         out
+    }
+
+    /// Per parity engine: whether it is in service, and the handed-out work it computed.
+    fn parity_engine_metrics(&self, out: &mut String) {
+        let engines = self.info_view().parity_engines;
+        let series: [EngineSeries; 3] = [
+            (
+                "tessera_parity_engine_up",
+                "gauge",
+                "Whether a parity engine is in service (0 after a GPU failed).",
+                |engine| u64::from(engine.failure.is_none()),
+            ),
+            (
+                "tessera_parity_engine_batches_total",
+                "counter",
+                "Batches of handed-out parity work a parity engine computed.",
+                |engine| engine.batches,
+            ),
+            (
+                "tessera_parity_engine_bytes_total",
+                "counter",
+                "Data bytes of handed-out parity work a parity engine computed.",
+                |engine| engine.computed_bytes,
+            ),
+        ];
+        for (name, kind, help, value) in series {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for engine in &engines {
+                let _ = writeln!(
+                    out,
+                    "{name}{{engine=\"{}\",kind=\"{}\"}} {}",
+                    engine.name,
+                    engine.kind,
+                    value(engine)
+                );
+            }
+        }
     }
 
     /// Per virtual drive: host reads and writes answered, their bytes, and the summed time

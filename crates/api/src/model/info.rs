@@ -61,6 +61,15 @@ pub struct ParityEngineView {
     /// Smallest batch the dispatcher routes to this engine (`None`: never chosen by size).
     #[serde(default)]
     pub min_batch_bytes: Option<u64>,
+    /// Why the engine is out of service, if it failed (its work went back to the CPU).
+    #[serde(default)]
+    pub failure: Option<String>,
+    /// Batches of handed-out full-stripe parity work this engine computed.
+    #[serde(default)]
+    pub batches: u64,
+    /// Data bytes of those batches.
+    #[serde(default)]
+    pub computed_bytes: u64,
 }
 
 /// How member and socket I/O is done.
@@ -84,8 +93,13 @@ pub struct InfoView {
     pub parity_engine: String,
     /// How the CPU parity kernels were chosen, with their speeds.
     pub parity: ParitySelectionView,
-    /// Every engine available for parity, with its calibration.
+    /// Every engine available for parity, with its calibration (only the CPU while the
+    /// start-up calibration runs, or with the `cpu` engine).
     pub parity_engines: Vec<ParityEngineView>,
+    /// Whether full-stripe parity work (full-stripe writes, rebuild, resync, scrub) goes through
+    /// the dispatcher; otherwise every engine computes inline on the CPU kernels.
+    #[serde(default)]
+    pub parity_offload: bool,
     /// The I/O driver.
     pub io: IoView,
     /// The NBD Unix socket.

@@ -20,6 +20,14 @@ pub fn describe_info(style: Style, info: &InfoView) -> String {
             ("uptime", format_duration(info.uptime_seconds)),
             ("I/O driver", io),
             ("parity engine", info.parity_engine.clone()),
+            (
+                "parity offload",
+                if info.parity_offload {
+                    "full-stripe work batched to the dispatcher".to_string()
+                } else {
+                    "none: computed inline on the CPU kernels".to_string()
+                },
+            ),
             ("NBD socket", or_dash(info.nbd_socket.as_ref())),
             ("NBD TCP", or_dash(info.nbd_listen.as_ref())),
         ],
@@ -63,6 +71,7 @@ pub fn describe_info(style: Style, info: &InfoView) -> String {
         ("SUBMIT", Column::Number),
         ("FROM BATCH", Column::Number),
         ("CALIBRATION (batch GB/s)", Column::Text),
+        ("COMPUTED", Column::Number),
         ("ADAPTER", Column::Text),
     ]);
     for engine in &info.parity_engines {
@@ -86,7 +95,15 @@ pub fn describe_info(style: Style, info: &InfoView) -> String {
                 .min_batch_bytes
                 .map_or_else(|| "never".to_string(), format_size),
             calibration,
-            or_dash(engine.adapter.as_ref()),
+            format!(
+                "{} in {} batches",
+                format_size(engine.computed_bytes),
+                engine.batches
+            ),
+            match &engine.failure {
+                Some(failure) => format!("{} (failed: {failure})", or_dash(engine.adapter.as_ref())),
+                None => or_dash(engine.adapter.as_ref()),
+            },
         ]);
     }
     out.push_str(&engines.render(style));

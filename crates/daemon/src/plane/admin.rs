@@ -476,8 +476,12 @@ impl DataPlane {
             }
             .encode(),
         };
-        let engine = Engine::create(spec, engine_config(), self.parity.clone())
-            .map_err(|e| AdminError::Invalid(e.to_string()))?;
+        let engine = Engine::create(
+            spec,
+            engine_config(self.offload_parity),
+            self.parity.clone(),
+        )
+        .map_err(|e| AdminError::Invalid(e.to_string()))?;
         let members = all_drives.iter().map(|d| Some(*d)).collect();
         for (index, (drive, uuid)) in all_drives.iter().zip(member_uuids).enumerate() {
             let drive = self.drives.get_mut(drive).expect("checked");
@@ -495,6 +499,7 @@ impl DataPlane {
                     dg_id: id,
                     virtual_drives: Vec::new(),
                 },
+                computing: 0,
             },
         );
         log!(
@@ -555,8 +560,9 @@ impl DataPlane {
     /// Whether a stopping group has stopped.
     pub fn group_stopped(&self, dg: u32) -> bool {
         self.groups.get(&dg).is_none_or(|group| {
-            group.engine.is_stopped()
-                || group.engine.state() == tessera_raid::engine::GroupState::Failed
+            group.computing == 0
+                && (group.engine.is_stopped()
+                    || group.engine.state() == tessera_raid::engine::GroupState::Failed)
         })
     }
 

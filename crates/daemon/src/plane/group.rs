@@ -21,6 +21,9 @@ pub(crate) struct Group {
     /// Member index -> drive id.
     pub members: Vec<Option<u32>>,
     pub config: GroupConfig,
+    /// Parity computations handed to the parity worker and not yet finished: the engine (and
+    /// its buffers) must outlive them.
+    pub computing: usize,
 }
 
 /// The wake descriptor of a remote drive.
@@ -32,9 +35,10 @@ pub(crate) fn remote_wake_fd(device: &Device) -> Option<RawFd> {
 }
 
 /// Engine settings for the daemon.
-pub(crate) fn engine_config() -> EngineConfig {
+pub(crate) fn engine_config(offload_parity: bool) -> EngineConfig {
     EngineConfig {
         pool_bytes: 256 << 20,
+        offload_parity,
         ..EngineConfig::default()
     }
 }
@@ -124,8 +128,12 @@ impl DataPlane {
                 superblock: superblock.clone(),
             })
             .collect();
-        let (engine, mapping) = Engine::assemble(probes, engine_config(), self.parity.clone())
-            .map_err(|e| e.to_string())?;
+        let (engine, mapping) = Engine::assemble(
+            probes,
+            engine_config(self.offload_parity),
+            self.parity.clone(),
+        )
+        .map_err(|e| e.to_string())?;
         let data_bytes = engine.data_bytes();
         let mut config = GroupConfig::decode(&engine.superblock().config, data_bytes)
             .unwrap_or_else(|error| {
@@ -151,6 +159,7 @@ impl DataPlane {
             engine,
             members: vec![None; member_count],
             config,
+            computing: 0,
         };
         for ((drive_id, _), member) in members.iter().zip(mapping) {
             match member {
@@ -201,9 +210,11 @@ impl DataPlane {
                         Command::Member(command) => self.start_member_io(id, command),
                         Command::Reply(reply) => self.host_reply(id, reply),
                         Command::Event(event) => self.group_event(id, event),
+                        Command::Compute(command) => self.queue_compute(id, command),
                     }
                 }
             }
+            self.send_compute();
             self.flush_connections();
             if !progressed {
                 break;
@@ -412,6 +423,8 @@ impl DataPlane {
                 self.events
                     .push_info("rebuild_finished", message, Some(group_id), pd);
                 self.release_replaced_members(group_id);
+                // A second lost member (RAID6) waited for this rebuild: its spare goes next.
+                self.take_spare(group_id);
             }
             GroupEvent::ReadErrorRepaired {
                 member,

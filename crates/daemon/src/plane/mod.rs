@@ -3,6 +3,7 @@
 //! which runs a closure on the loop thread between events, so the plane needs no locks.
 
 mod admin;
+mod compute;
 mod group;
 mod nbd;
 mod views;
@@ -49,6 +50,14 @@ impl PlaneHandle {
         self.sender.send(call).ok()?;
         self.wake.signal();
         answer.recv().ok()
+    }
+
+    /// Runs `work` on the data plane without waiting for it (dropped if the plane is gone).
+    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+    pub fn post(&self, work: impl FnOnce(&mut DataPlane) + Send + 'static) {
+        if self.sender.send(Box::new(work)).is_ok() {
+            self.wake.signal();
+        }
     }
 }
 
@@ -109,6 +118,13 @@ pub struct DataPlane {
     pub(crate) scrub_finished_unix_ms: BTreeMap<u32, u64>,
     /// Host I/O counters per virtual drive (by name), for `/metrics`.
     pub(crate) vd_io: BTreeMap<String, VdIo>,
+    /// Whether engines hand full-stripe parity work out to the parity worker.
+    pub(crate) offload_parity: bool,
+    #[cfg(feature = "gpu")]
+    pub(crate) parity_worker: Option<crate::compute::ParityWorker>,
+    /// Handed-out parity work gathered in this pass of the loop.
+    #[cfg(feature = "gpu")]
+    compute_batch: Vec<crate::compute::RawJob>,
 }
 
 /// Host reads and writes answered for one virtual drive since the daemon started.
@@ -265,10 +281,42 @@ impl DataPlane {
             completions: Vec::new(),
             scrub_finished_unix_ms: BTreeMap::new(),
             vd_io: BTreeMap::new(),
+            offload_parity: false,
+            #[cfg(feature = "gpu")]
+            parity_worker: None,
+            #[cfg(feature = "gpu")]
+            compute_batch: Vec::new(),
         };
         plane.load_drives()?;
         plane.assemble_groups();
-        Ok((plane, PlaneHandle { sender, wake }))
+        let handle = PlaneHandle { sender, wake };
+        plane.start_parity_worker(&handle)?;
+        Ok((plane, handle))
+    }
+
+    /// Starts the parity worker unless parity stays on the CPU kernels.
+    fn start_parity_worker(&mut self, handle: &PlaneHandle) -> Result<(), String> {
+        #[cfg(feature = "gpu")]
+        {
+            let mode: tessera_parity_gpu::EngineMode = self.options.parity_engine.parse()?;
+            if mode != tessera_parity_gpu::EngineMode::Cpu {
+                self.parity_worker = Some(crate::compute::ParityWorker::start(
+                    mode,
+                    self.parity.clone(),
+                    handle.clone(),
+                )?);
+            }
+        }
+        #[cfg(not(feature = "gpu"))]
+        {
+            let _ = handle;
+            if self.options.parity_engine == "gpu" {
+                return Err(
+                    "--parity-engine gpu: this build has no GPU support (feature `gpu`)".into(),
+                );
+            }
+        }
+        Ok(())
     }
 
     fn now_us(&self) -> u64 {
@@ -405,8 +453,9 @@ impl DataPlane {
     fn shutdown_done(&self) -> bool {
         self.connections.len() == 0
             && self.groups.values().all(|group| {
-                group.engine.is_stopped()
-                    || group.engine.state() == tessera_raid::engine::GroupState::Failed
+                group.computing == 0
+                    && (group.engine.is_stopped()
+                        || group.engine.state() == tessera_raid::engine::GroupState::Failed)
             })
     }
 }

@@ -293,14 +293,8 @@ impl DataPlane {
             version: env!("CARGO_PKG_VERSION").into(),
             parity_engine: self.options.parity_engine.clone(),
             parity: parity_selection(choices),
-            parity_engines: vec![ParityEngineView {
-                name: "cpu".into(),
-                kind: "cpu".into(),
-                adapter: None,
-                submit_latency_us: None,
-                calibration: Vec::new(),
-                min_batch_bytes: None,
-            }],
+            parity_engines: self.parity_engine_views(),
+            parity_offload: self.offload_parity,
             io: IoView {
                 driver: self.driver_report.0.clone(),
                 io_uring: self.driver_report.0 == "io_uring",
@@ -310,6 +304,53 @@ impl DataPlane {
             nbd_listen: self.options.nbd_listen.clone(),
             uptime_seconds: self.started.elapsed().as_secs(),
         }
+    }
+}
+
+impl DataPlane {
+    /// The calibrated engines, once the parity worker has them; the CPU kernels until then.
+    fn parity_engine_views(&self) -> Vec<ParityEngineView> {
+        #[cfg(feature = "gpu")]
+        if let Some(worker) = &self.parity_worker {
+            let figures = worker.figures.lock().expect("figures").clone();
+            if let Some(reports) = &figures.reports {
+                return reports
+                    .iter()
+                    .map(|report| ParityEngineView {
+                        name: report.name.clone(),
+                        kind: match report.kind {
+                            tessera_parity_gpu::EngineKind::Cpu => "cpu".to_string(),
+                            tessera_parity_gpu::EngineKind::Gpu => "gpu".to_string(),
+                        },
+                        adapter: report.adapter.clone(),
+                        submit_latency_us: report.submit_latency_us,
+                        calibration: report
+                            .calibration
+                            .iter()
+                            .map(|point| tessera_api::model::CalibrationPointView {
+                                batch_bytes: point.batch_bytes,
+                                gbps: point.gbps,
+                            })
+                            .collect(),
+                        min_batch_bytes: report.min_batch_bytes,
+                        failure: report.failure.clone(),
+                        batches: figures.batches.get(&report.name).copied().unwrap_or(0),
+                        computed_bytes: figures.bytes.get(&report.name).copied().unwrap_or(0),
+                    })
+                    .collect();
+            }
+        }
+        vec![ParityEngineView {
+            name: "cpu".into(),
+            kind: "cpu".into(),
+            adapter: None,
+            submit_latency_us: None,
+            calibration: Vec::new(),
+            min_batch_bytes: Some(0),
+            failure: None,
+            batches: 0,
+            computed_bytes: 0,
+        }]
     }
 }
 
