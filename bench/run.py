@@ -2,14 +2,19 @@
 """The end-to-end benchmark suite: fio over NBD against Tessera virtual drives, beside the
 baseline, the transport ceiling and btrfs. Usually started by `cargo xtask bench` (which builds
 tessera and the plotting venv first); `python3 bench/run.py --help` lists the options, and
-docs/benchmarks.md describes the method."""
+docs/benchmarks.md describes the method. `python3 bench/run.py rebuild` (`cargo xtask bench
+rebuild`) runs the rebuild benchmarks instead."""
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from runner.main import main  # noqa: E402
+from runner import main as suite  # noqa: E402
+from runner import rebuild  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # `rebuild` selects the rebuild benchmarks (runner/rebuild.py); anything else is the suite.
+    if sys.argv[1:2] == ["rebuild"]:
+        sys.exit(rebuild.main(sys.argv[2:]))
+    sys.exit(suite.main(sys.argv[1:]))

@@ -58,6 +58,11 @@ class Shell:
         output = open(log_file, "ab")
         return subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT)
 
+    def start_capture(self, argv: list[str]) -> subprocess.Popen:
+        """Starts a process whose standard output the caller collects (`communicate`)."""
+        self.record(argv)
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
 
 def wait_for(predicate, timeout_seconds: float, what: str, interval_seconds: float = 0.05):
     """Polls predicate until it returns a true value; raises TimeoutError after the timeout."""

@@ -9,6 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runner import cpu, goals, stats  # noqa: E402
+from runner.rebuild import report as rebuild_report  # noqa: E402
 from runner.fio import Connection, Stream, parse_output, render_job_file, seconds_option  # noqa: E402
 from runner.stats import Figure  # noqa: E402
 from runner.workloads import CORNERS, Point, corner_points, sweep_points  # noqa: E402
@@ -206,3 +207,27 @@ class Goals(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RebuildReport(unittest.TestCase):
+    def test_ratios_against_the_limit_the_full_rebuild_and_the_optimal_group(self):
+        mib = 1 << 20
+        results = {
+            "physical_limit": {
+                "survivor_read_bytes_per_second_each": 3000 * mib,
+                "replacement_write_bytes_per_second": 2000 * mib,
+                "limit_bytes_per_second": 2000 * mib,
+            },
+            "idle_full": {"seconds": 0.8, "bytes_per_second": 1280 * mib, "ratio_to_limit": 0.64},
+            "idle_quarter": {"seconds": 0.24, "ratio_to_full": 0.3},
+            "optimal_host": {"iops": 40000.0},
+            "loaded": [
+                {"rate_percent": 30, "host_iops": 30000.0, "host_iops_ratio": 0.75,
+                 "read_p99_us": 2500.0, "rebuild_seconds": 4.0},
+            ],
+        }
+        text = rebuild_report(results)
+        self.assertIn("| 2,000 MiB/s |", text)
+        self.assertIn("**0.64x** the limit", text)
+        self.assertIn("**0.30x** the full one's time", text)
+        self.assertIn("| 30% | 30,000 | 0.75x | 2,500 us | 4.0 s |", text)
