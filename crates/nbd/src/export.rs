@@ -115,6 +115,10 @@ pub struct ExportInfo {
     pub block_size: BlockSizeConstraints,
     /// Only served over TLS (issue 11): options naming it answer `NBD_REP_ERR_TLS_REQD`.
     pub tls_required: bool,
+    /// Not for this client (the daemon's access rules): options naming it answer
+    /// `NBD_REP_ERR_POLICY` with this message, `NBD_OPT_EXPORT_NAME` closes the connection,
+    /// and `NBD_OPT_LIST` leaves it out.
+    pub refused: Option<&'static str>,
 }
 
 impl ExportInfo {
@@ -128,6 +132,7 @@ impl ExportInfo {
             features: ExportFeatures::TYPICAL,
             block_size: BlockSizeConstraints::TESSERA,
             tls_required: false,
+            refused: None,
         }
     }
 

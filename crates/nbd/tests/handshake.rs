@@ -24,8 +24,10 @@ fn catalog() -> TestCatalog {
     read_only.read_only = true;
     let mut secret = ExportInfo::new("secret", 1 << 20);
     secret.tls_required = true;
+    let mut private = ExportInfo::new("private", 1 << 20);
+    private.refused = Some("not for this client");
     TestCatalog {
-        exports: vec![disk, read_only, secret],
+        exports: vec![disk, read_only, secret, private],
     }
 }
 
@@ -240,6 +242,24 @@ fn export_name_failures_close_the_connection() {
     let mut handshake = started(config, FIXED_NEWSTYLE);
     assert!(matches!(
         handshake.receive(&option(OPT_EXPORT_NAME, b"much-too-long"), &catalog()),
+        Err(HandshakeError::ExportNameRefused(_))
+    ));
+}
+
+#[test]
+fn refused_exports_answer_policy_close_export_name_and_are_not_listed() {
+    let mut handshake = started(HandshakeConfig::default(), FIXED_NEWSTYLE);
+    for known in [OPT_INFO, OPT_GO] {
+        let reply = single_reply(&mut handshake, &option(known, &info_data("private", &[])));
+        assert_eq!((reply.option, reply.reply_type), (known, ERR_POLICY));
+        assert_eq!(&reply.data[..], b"not for this client");
+    }
+    // The handshake goes on: another export can still be chosen.
+    let (status, _) = send(&mut handshake, &option(OPT_GO, &info_data("disk", &[])));
+    assert_eq!(done(status).export.name, "disk");
+    let mut handshake = started(HandshakeConfig::default(), FIXED_NEWSTYLE);
+    assert!(matches!(
+        handshake.receive(&option(OPT_EXPORT_NAME, b"private"), &catalog()),
         Err(HandshakeError::ExportNameRefused(_))
     ));
 }

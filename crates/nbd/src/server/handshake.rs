@@ -508,7 +508,7 @@ impl ServerHandshake {
             let Some(export) = catalog.lookup(&name) else {
                 continue;
             };
-            if export.tls_required && !self.tls_active {
+            if (export.tls_required && !self.tls_active) || export.refused.is_some() {
                 continue;
             }
             let name = truncate_to_char_boundary(&export.name, STRING_BYTES_MAX);
@@ -726,6 +726,10 @@ impl ServerHandshake {
                     (OptionReplyType::ErrTlsReqd, "export requires TLS")
                 }
             });
+        }
+        // After the TLS rule: a client may need TLS before it can be told apart.
+        if let Some(reason) = export.refused {
+            return Err((OptionReplyType::ErrPolicy, reason));
         }
         Ok(export)
     }
