@@ -262,8 +262,10 @@ class TesseraTarget:
         )
         self.dg_id = group["id"]
         self.wait_for_state("optimal")
+        # Several writers at once: --client-jobs opens one connection per fio job.
         drive = self.daemon.cli_json(
-            "vd", "create", str(self.dg_id), "--size", str(vd_size_bytes), "--name", self.name
+            "vd", "create", str(self.dg_id), "--size", str(vd_size_bytes), "--name", self.name,
+            "--multi-conn",
         )
         self.uri = drive["nbd_uri"]
         self.vd_size_bytes = vd_size_bytes

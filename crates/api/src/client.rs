@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use crate::http::{HttpError, Limits, parse_response_head, percent_encode, read_body, read_head};
 use crate::model::{
     ApiError, CreateDg, CreatePd, CreateVd, DgRef, DgView, Empty, ErrorBody, EventView, InfoView,
-    PdView, ReplacePd, ScrubDg, UpdateDg, VdView,
+    PdView, ReplacePd, ScrubDg, SetVd, UpdateDg, VdView,
 };
 
 /// Why a request did not get a successful answer.
@@ -212,6 +212,15 @@ impl Client {
     /// `POST /v1/vds`.
     pub fn create_vd(&self, body: &CreateVd) -> Result<VdView, ClientError> {
         self.send("POST", "/v1/vds", Some(body))
+    }
+
+    /// `PATCH /v1/vds/{name}`.
+    pub fn set_vd(&self, name: &str, body: &SetVd) -> Result<VdView, ClientError> {
+        self.send(
+            "PATCH",
+            &format!("/v1/vds/{}", percent_encode(name)),
+            Some(body),
+        )
     }
 
     /// `GET /v1/vds/{name}`.

@@ -3,7 +3,7 @@
 
 use crate::model::{
     ApiError, CreateDg, CreatePd, CreateVd, DgRef, DgView, EventView, InfoView, PdView, ReplacePd,
-    ScrubDg, UpdateDg, VdView,
+    ScrubDg, SetVd, UpdateDg, VdView,
 };
 
 /// The daemon's side of the management API. Methods are called from many connection threads at
@@ -49,6 +49,8 @@ pub trait Controller: Send + Sync {
     fn get_vd(&self, name: &str) -> Result<VdView, ApiError>;
     /// `DELETE /v1/vds/{name}?force=`: `conflict` while a client is connected, unless forced.
     fn delete_vd(&self, name: &str, force: bool) -> Result<(), ApiError>;
+    /// `PATCH /v1/vds/{name}`: changes the drive's access (see `SetVd`).
+    fn set_vd(&self, name: &str, body: SetVd) -> Result<VdView, ApiError>;
 
     /// `GET /v1/events?since=N`: the events with a sequence number above `since`, oldest first.
     fn events(&self, since: u64) -> Result<Vec<EventView>, ApiError>;

@@ -346,6 +346,7 @@ impl Router {
             (Route::Vds, "GET") => ok(&c.list_vds()?),
             (Route::Vds, "POST") => created(&c.create_vd(decode_body(body)?)?),
             (Route::Vd(name), "GET") => ok(&c.get_vd(name)?),
+            (Route::Vd(name), "PATCH") => ok(&c.set_vd(name, decode_body(body)?)?),
             (Route::Vd(name), "DELETE") => {
                 c.delete_vd(name, query.flag("force")?)?;
                 ok(&Empty {})

@@ -15,8 +15,8 @@ use crate::model::{
     ApiError, CreateDg, CreatePd, CreateVd, DgRef, DgState, DgView, EventView, InfoView, IoView,
     JournalMode, JournalPlacement, JournalView, KernelSpeedView, MemberView, ParityChoiceView,
     ParityEngineView, ParitySelectionView, PdKind, PdState, PdView, RaidLevel, RebuildKind,
-    RebuildView, ReplacePd, ScrubDg, ScrubResultView, ScrubView, Severity, UpdateDg, VdView,
-    validate_name,
+    RebuildView, ReplacePd, ScrubDg, ScrubResultView, ScrubView, SetVd, Severity, UpdateDg,
+    VdAccessView, VdView, canonical_rules, validate_name,
 };
 
 /// Size of every fake drive unless its path says otherwise.
@@ -756,6 +756,11 @@ impl Controller for FakeController {
             thin: body.thin,
             compression: body.compression,
             stats: None,
+            access: VdAccessView {
+                allow: canonical_rules(&body.allow).map_err(ApiError::invalid_argument)?,
+                read_only: body.read_only,
+                multi_conn: body.multi_conn,
+            },
         };
         state.vds.insert(name.clone(), view.clone());
         state.event(
@@ -773,6 +778,19 @@ impl Controller for FakeController {
             .get(name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(format!("no virtual drive {name}")))
+    }
+
+    fn set_vd(&self, name: &str, body: SetVd) -> Result<VdView, ApiError> {
+        let mut state = self.lock();
+        let Some(vd) = state.vds.get_mut(name) else {
+            return Err(ApiError::not_found(format!("no virtual drive {name}")));
+        };
+        if let Some(allow) = &body.allow {
+            vd.access.allow = canonical_rules(allow).map_err(ApiError::invalid_argument)?;
+        }
+        vd.access.read_only = body.read_only.unwrap_or(vd.access.read_only);
+        vd.access.multi_conn = body.multi_conn.unwrap_or(vd.access.multi_conn);
+        Ok(vd.clone())
     }
 
     fn delete_vd(&self, name: &str, force: bool) -> Result<(), ApiError> {

@@ -210,6 +210,7 @@ fn drive_group_lifecycle_endpoints() {
             size_bytes: 1 << 20,
             thin: false,
             compression: None,
+            ..CreateVd::default()
         })
         .unwrap();
     assert_eq!(
@@ -291,6 +292,7 @@ fn virtual_drive_endpoints() {
         size_bytes,
         thin: false,
         compression: None,
+        ..CreateVd::default()
     };
     let first = client.create_vd(&vd(Some("data"), 256 << 20)).unwrap();
     assert_eq!(first.name, "data");

@@ -107,8 +107,9 @@ fn objects_have_the_documented_keys() {
                "stats": {"logical_used_bytes": 0, "physical_used_bytes": 0,
                          "host_bytes_written": 0, "member_bytes_written": 0,
                          "write_amplification": 0.5, "compression_ratio": 2.0,
-                         "checksum_errors_detected": 0, "checksum_errors_repaired": 0}}),
-        "name dg size_bytes offset_bytes nbd_uri connections thin compression stats",
+                         "checksum_errors_detected": 0, "checksum_errors_repaired": 0},
+               "access": {"allow": ["uid:0"], "read_only": false, "multi_conn": true}}),
+        "name dg size_bytes offset_bytes nbd_uri connections thin compression stats access",
     );
     assert_eq!(
         keys(&vd["stats"]),

@@ -246,6 +246,40 @@ pub enum VdCommand {
         /// Compression of a thin drive.
         #[arg(long, value_name = "ALGORITHM", requires = "thin", value_parser = values::compression)]
         compression: Option<Compression>,
+        /// Only these clients may connect (repeatable; any match admits): uid:N or gid:N for
+        /// the NBD Unix socket, net:ADDRESS/PREFIX for TCP. Default: every client.
+        #[arg(long = "allow", value_name = "RULE", value_parser = values::access_rule)]
+        allow: Vec<String>,
+        /// Export the drive read-only.
+        #[arg(long)]
+        read_only: bool,
+        /// Let several clients write at once (default: one writer; later clients read only).
+        #[arg(long)]
+        multi_conn: bool,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Change who may connect to a virtual drive, and how. Connections the new settings no
+    /// longer allow are closed.
+    #[command(group(ArgGroup::new("change").required(true).multiple(true)
+        .args(["allow", "allow_any", "read_only", "multi_conn"])))]
+    Set {
+        /// The drive's name.
+        #[arg(value_name = "NAME", value_parser = values::name)]
+        name: String,
+        /// Replace the access rules with these (repeatable): uid:N, gid:N, net:ADDRESS/PREFIX.
+        #[arg(long = "allow", value_name = "RULE", value_parser = values::access_rule,
+              conflicts_with = "allow_any")]
+        allow: Vec<String>,
+        /// Remove every access rule: every client may connect.
+        #[arg(long)]
+        allow_any: bool,
+        /// Read-only: on or off.
+        #[arg(long, value_name = "on|off", value_parser = values::on_off)]
+        read_only: Option<bool>,
+        /// Several writers at once: on or off.
+        #[arg(long, value_name = "on|off", value_parser = values::on_off)]
+        multi_conn: Option<bool>,
         #[command(flatten)]
         json: JsonFlag,
     },

@@ -137,6 +137,21 @@ pub fn journal_choice(text: &str) -> Result<JournalChoice, String> {
 }
 
 /// `vd create --compression`.
+/// An export access rule, in its canonical form.
+pub fn access_rule(text: &str) -> Result<String, String> {
+    text.parse::<tessera_api::model::AccessRule>()
+        .map(|rule| rule.to_string())
+}
+
+/// `on` or `off`.
+pub fn on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{text:?} is not on or off")),
+    }
+}
+
 pub fn compression(text: &str) -> Result<Compression, String> {
     Compression::parse(text).ok_or_else(|| {
         format!(

@@ -19,7 +19,9 @@ fn nbdinfo_shows_the_export_and_its_block_sizes() {
     assert_eq!(export["block_size_preferred"], 4096);
     assert_eq!(export["block_size_maximum"], 32 << 20);
     assert_eq!(export["can_flush"], true);
-    assert_eq!(export["can_multi_conn"], true);
+    // One writer at a time unless the drive is made multi-connection (`vd set --multi-conn`).
+    assert_eq!(export["can_multi_conn"], false);
+    assert_eq!(export["is_read_only"], false);
     let list = sh(
         "nbdinfo",
         &[

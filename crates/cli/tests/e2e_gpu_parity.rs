@@ -138,5 +138,8 @@ fn raid6_with_parity_on_the_gpu_verifies_through_two_failures_and_rebuilds() {
     let group = daemon.json(&["dg", "describe", "0"]);
     assert_eq!(group["last_scrub"]["completed"], true, "{group:#}");
     assert_eq!(group["last_scrub"]["mismatches"], 0, "{group:#}");
-    assert!(engine_bytes(&daemon, &engine) > rebuilt, "the scrub handed nothing out");
+    assert!(
+        engine_bytes(&daemon, &engine) > rebuilt,
+        "the scrub handed nothing out"
+    );
 }

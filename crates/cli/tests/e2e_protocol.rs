@@ -75,6 +75,8 @@ fn closed(stream: &mut UnixStream) -> bool {
 fn bad_requests_get_protocol_answers_and_disturb_nothing() {
     let daemon = Daemon::start();
     daemon.group_with_vd("5", 3, 64 << 20, "target", 16 * MIB);
+    // Several writers at once, so the raw connections below may write beside `good`.
+    daemon.ok(&["vd", "set", "target", "--multi-conn", "on"]);
     // Known content through a well-behaved client.
     let mut good = Client::connect_str(&daemon.uri("target")).unwrap();
     let pattern: Vec<u8> = (0..MIB as usize).map(|i| (i * 7 % 251) as u8).collect();

@@ -134,7 +134,9 @@ Physical drive 7
             "stats": {"logical_used_bytes": 2147483648, "physical_used_bytes": 1073741824,
                       "host_bytes_written": 100, "member_bytes_written": 60,
                       "write_amplification": 0.6, "compression_ratio": 2.0,
-                      "checksum_errors_detected": 1, "checksum_errors_repaired": 1}}"#,
+                      "checksum_errors_detected": 1, "checksum_errors_repaired": 1},
+            "access": {"allow": ["uid:1000", "net:10.0.0.0/8"], "read_only": true,
+                       "multi_conn": false}}"#,
     )
     .unwrap();
     assert_eq!(
@@ -146,6 +148,8 @@ Virtual drive thin0
   size:                 10.0 TiB (10995116277760 bytes)
   kind:                 thin (lz4)
   connections:          2
+  allowed clients:      uid:1000, net:10.0.0.0/8
+  access:               read-only, one writer at a time
   logical used:         2.0 GiB
   physical used:        1.0 GiB
   compression:          2.00x

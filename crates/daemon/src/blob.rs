@@ -3,12 +3,20 @@
 //! it comes from a drive.
 
 use serde::{Deserialize, Serialize};
+use tessera_api::model::{VdAccessView, canonical_rules};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VdRecord {
     pub name: String,
     pub offset_bytes: u64,
     pub size_bytes: u64,
+    /// Who may connect; left out of the blob while open to all (the superblock's space is small).
+    #[serde(default, skip_serializing_if = "is_open")]
+    pub access: VdAccessView,
+}
+
+fn is_open(access: &VdAccessView) -> bool {
+    *access == VdAccessView::default()
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +51,8 @@ impl GroupConfig {
             {
                 return Err(format!("virtual drive name {} appears twice", vd.name));
             }
+            canonical_rules(&vd.access.allow)
+                .map_err(|error| format!("virtual drive {}: {error}", vd.name))?;
             extents.push((vd.offset_bytes, end));
         }
         extents.sort_unstable();
@@ -87,6 +97,7 @@ mod tests {
 
     fn vd(name: &str, offset: u64, size: u64) -> VdRecord {
         VdRecord {
+            access: VdAccessView::default(),
             name: name.into(),
             offset_bytes: offset,
             size_bytes: size,
@@ -113,5 +124,37 @@ mod tests {
         );
         assert!(GroupConfig::decode(b"{\"dg_id\":1,\"virtual_drives\":[{\"name\":\"x\",\"offset_bytes\":990,\"size_bytes\":20}]}", 1000).is_err());
         assert!(GroupConfig::decode(b"\xff", 1000).is_err());
+    }
+
+    #[test]
+    fn access_is_kept_only_when_set_and_bad_rules_are_damage() {
+        let open = GroupConfig {
+            dg_id: 1,
+            virtual_drives: vec![vd("a", 0, 100)],
+        };
+        // Blobs written before access rules existed decode to open drives.
+        assert_eq!(
+            open.encode(),
+            br#"{"dg_id":1,"virtual_drives":[{"name":"a","offset_bytes":0,"size_bytes":100}]}"#
+        );
+        let mut guarded = open.clone();
+        guarded.virtual_drives[0].access = VdAccessView {
+            allow: vec!["uid:1000".into(), "net:10.0.0.0/8".into()],
+            read_only: true,
+            multi_conn: false,
+        };
+        assert_eq!(
+            GroupConfig::decode(&guarded.encode(), 1000).unwrap(),
+            guarded
+        );
+        guarded.virtual_drives[0]
+            .access
+            .allow
+            .push("uid:nobody".into());
+        assert!(
+            GroupConfig::decode(&guarded.encode(), 1000)
+                .unwrap_err()
+                .contains("uid:nobody")
+        );
     }
 }

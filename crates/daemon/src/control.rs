@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use tessera_api::controller::Controller;
 use tessera_api::model::{
     ApiError, CreateDg, CreatePd, CreateVd, DgRef, DgView, EventView, InfoView, PdView, ReplacePd,
-    ScrubDg, UpdateDg, VdView,
+    ScrubDg, SetVd, UpdateDg, VdAccessView, VdView,
 };
 use tessera_raid::geometry::{Level, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES};
 use tessera_raid::superblock::JournalMode;
@@ -226,7 +226,14 @@ impl Controller for Control {
             ));
         }
         let (name, generation) = self
-            .call(move |plane| plane.create_vd(body.dg, body.name, body.size_bytes))?
+            .call(move |plane| {
+                let access = VdAccessView {
+                    allow: body.allow,
+                    read_only: body.read_only,
+                    multi_conn: body.multi_conn,
+                };
+                plane.create_vd(body.dg, body.name, body.size_bytes, access)
+            })?
             .map_err(api_error)?;
         let dg = body.dg;
         self.wait_until("recording the virtual drive", move |plane| {
@@ -242,6 +249,17 @@ impl Controller for Control {
                 .vd_view_of(&name)
                 .ok_or_else(|| ApiError::not_found(format!("no virtual drive {name}")))
         })?
+    }
+
+    fn set_vd(&self, name: &str, body: SetVd) -> Result<VdView, ApiError> {
+        let owned = name.to_string();
+        let (dg, generation) = self
+            .call(move |plane| plane.set_vd_access(&owned, body))?
+            .map_err(api_error)?;
+        self.wait_until("recording the access change", move |plane| {
+            plane.generation_durable(dg, generation)
+        })?;
+        self.get_vd(name)
     }
 
     fn delete_vd(&self, name: &str, force: bool) -> Result<(), ApiError> {

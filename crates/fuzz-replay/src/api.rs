@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tessera_api::http::{Limits, Response, parse_response_head, read_body, read_head};
 use tessera_api::model::{
     ApiError, CreateDg, CreatePd, CreateVd, DgRef, DgView, EventView, InfoView, PdView, ReplacePd,
-    ScrubDg, UpdateDg, VdView,
+    ScrubDg, SetVd, UpdateDg, VdView,
 };
 use tessera_api::testing::FakeController;
 use tessera_api::{Controller, Router, serve_connection};
@@ -183,6 +183,9 @@ impl Controller for FuzzController {
     }
     fn delete_vd(&self, name: &str, force: bool) -> Result<(), ApiError> {
         self.fake.delete_vd(name, force)
+    }
+    fn set_vd(&self, name: &str, body: SetVd) -> Result<VdView, ApiError> {
+        self.fake.set_vd(name, body)
     }
     fn events(&self, since: u64) -> Result<Vec<EventView>, ApiError> {
         self.fake.events(since)

@@ -2,6 +2,7 @@
 //! wire names. Answers tolerate unknown fields and unknown enum values (a newer daemon may send
 //! them); request bodies refuse unknown fields, so a misspelt setting is an error, not a no-op.
 
+mod access;
 mod dg;
 mod error;
 mod event;
@@ -11,6 +12,7 @@ mod names;
 mod pd;
 mod vd;
 
+pub use access::{AccessRule, Peer, VdAccessView, admits, canonical_rules};
 pub use dg::{
     BadRange, CreateDg, DgState, DgView, JournalMode, JournalPlacement, JournalView, MemberView,
     RebuildKind, RebuildView, ScrubDg, ScrubResultView, ScrubView, UpdateDg,
@@ -24,7 +26,7 @@ pub use info::{
 pub use level::RaidLevel;
 pub use names::{DgRef, MAX_NAME_BYTES, validate_name};
 pub use pd::{CreatePd, PdKind, PdState, PdView, ReplacePd};
-pub use vd::{Compression, CreateVd, ThinStatsView, VdView};
+pub use vd::{Compression, CreateVd, SetVd, ThinStatsView, VdView};
 
 /// The body of a successful `DELETE`: `{}`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

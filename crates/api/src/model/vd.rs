@@ -4,6 +4,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::VdAccessView;
+
 /// How a thin virtual drive compresses its blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -85,10 +87,13 @@ pub struct VdView {
     /// Capacity statistics of a thin drive.
     #[serde(default)]
     pub stats: Option<ThinStatsView>,
+    /// Who may connect to its export, and how.
+    #[serde(default)]
+    pub access: VdAccessView,
 }
 
 /// `POST /v1/vds`: create a virtual drive.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateVd {
     /// The drive group to carve it from.
@@ -104,4 +109,27 @@ pub struct CreateVd {
     /// Compression of a thin drive (`None`: the daemon's default).
     #[serde(default)]
     pub compression: Option<Compression>,
+    /// Access rules (`uid:N`, `gid:N`, `net:ADDRESS/PREFIX`); none: every client.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Export it read-only.
+    #[serde(default)]
+    pub read_only: bool,
+    /// Let several clients write at once.
+    #[serde(default)]
+    pub multi_conn: bool,
+}
+
+/// `PATCH /v1/vds/{name}`: change a virtual drive's access; absent fields stay. Connections the
+/// new rules no longer admit (or no longer let write) are closed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetVd {
+    /// Replaces the access rules (an empty list admits every client).
+    #[serde(default)]
+    pub allow: Option<Vec<String>>,
+    #[serde(default)]
+    pub read_only: Option<bool>,
+    #[serde(default)]
+    pub multi_conn: Option<bool>,
 }

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use tessera_api::CreateVd;
+use tessera_api::model::SetVd;
 
 use super::{Context, Failure};
 use crate::args::VdCommand;
@@ -16,6 +17,9 @@ pub fn run(context: &mut Context<'_>, command: VdCommand) -> Result<ExitCode, Fa
             name,
             thin,
             compression,
+            allow,
+            read_only,
+            multi_conn,
             json,
         } => {
             let body = CreateVd {
@@ -24,6 +28,9 @@ pub fn run(context: &mut Context<'_>, command: VdCommand) -> Result<ExitCode, Fa
                 size_bytes: size,
                 thin,
                 compression,
+                allow,
+                read_only,
+                multi_conn,
             };
             let vd = context.client.create_vd(&body)?;
             if json.json {
@@ -31,6 +38,27 @@ pub fn run(context: &mut Context<'_>, command: VdCommand) -> Result<ExitCode, Fa
             } else {
                 let line = format!("{}\n", vd.nbd_uri);
                 context.print(&line)?;
+            }
+        }
+        VdCommand::Set {
+            name,
+            allow,
+            allow_any,
+            read_only,
+            multi_conn,
+            json,
+        } => {
+            let body = SetVd {
+                allow: (allow_any || !allow.is_empty()).then_some(allow),
+                read_only,
+                multi_conn,
+            };
+            let vd = context.client.set_vd(&name, &body)?;
+            if json.json {
+                context.json(&vd)?;
+            } else {
+                let text = output::describe_vd(context.style, &vd);
+                context.print(&text)?;
             }
         }
         VdCommand::List(flag) => {

@@ -101,7 +101,9 @@ pub fn describe_info(style: Style, info: &InfoView) -> String {
                 engine.batches
             ),
             match &engine.failure {
-                Some(failure) => format!("{} (failed: {failure})", or_dash(engine.adapter.as_ref())),
+                Some(failure) => {
+                    format!("{} (failed: {failure})", or_dash(engine.adapter.as_ref()))
+                }
                 None => or_dash(engine.adapter.as_ref()),
             },
         ]);

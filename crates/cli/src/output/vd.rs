@@ -52,6 +52,30 @@ pub fn describe_vd(style: Style, vd: &VdView) -> String {
         ),
         ("kind", kind(vd)),
         ("connections", vd.connections.to_string()),
+        (
+            "allowed clients",
+            if vd.access.allow.is_empty() {
+                "any".to_string()
+            } else {
+                vd.access.allow.join(", ")
+            },
+        ),
+        (
+            "access",
+            format!(
+                "{}, {}",
+                if vd.access.read_only {
+                    "read-only"
+                } else {
+                    "read-write"
+                },
+                if vd.access.multi_conn {
+                    "several writers"
+                } else {
+                    "one writer at a time"
+                }
+            ),
+        ),
     ];
     if !vd.thin {
         pairs.push((

@@ -7,6 +7,7 @@ use crate::blob::{GroupConfig, VdRecord};
 use crate::devices::{Device, Probe};
 use crate::log;
 use crate::state::{DriveRecord, StateFile};
+use tessera_api::model::{SetVd, VdAccessView, canonical_rules};
 use tessera_raid::engine::{CreateSpec, Engine};
 use tessera_raid::geometry::{DEFAULT_CHUNK_BYTES, Level};
 use tessera_raid::superblock::{JournalMode, Uuid};
@@ -605,7 +606,12 @@ impl DataPlane {
         dg: u32,
         name: Option<String>,
         size_bytes: u64,
+        access: VdAccessView,
     ) -> Result<(String, u64), AdminError> {
+        let access = VdAccessView {
+            allow: canonical_rules(&access.allow).map_err(AdminError::Invalid)?,
+            ..access
+        };
         if size_bytes == 0 {
             return Err(AdminError::Invalid(
                 "the size must be more than 0 bytes".into(),
@@ -644,6 +650,7 @@ impl DataPlane {
             name: name.clone(),
             offset_bytes,
             size_bytes,
+            access,
         });
         let blob = config.encode();
         if blob.len() > tessera_raid::superblock::MAX_CONFIG_BYTES {
@@ -777,6 +784,62 @@ impl DataPlane {
         self.groups
             .get(&dg)
             .is_none_or(|group| group.engine.durable_generation() >= generation)
+    }
+
+    /// `vd set`: changes a drive's access and closes the connections it no longer allows.
+    /// Returns the group and the superblock generation that will carry the change.
+    pub fn set_vd_access(&mut self, name: &str, change: SetVd) -> Result<(u32, u64), AdminError> {
+        let (group, vd) = self
+            .find_vd(name)
+            .ok_or_else(|| AdminError::NotFound(format!("no virtual drive {name}")))?;
+        let dg = group.id;
+        let mut access = vd.access.clone();
+        if let Some(allow) = &change.allow {
+            access.allow = canonical_rules(allow).map_err(AdminError::Invalid)?;
+        }
+        access.read_only = change.read_only.unwrap_or(access.read_only);
+        access.multi_conn = change.multi_conn.unwrap_or(access.multi_conn);
+        let group = self.groups.get_mut(&dg).expect("found");
+        let mut config = group.config.clone();
+        let record = config
+            .virtual_drives
+            .iter_mut()
+            .find(|vd| vd.name == name)
+            .expect("found");
+        record.access = access.clone();
+        let blob = config.encode();
+        if blob.len() > tessera_raid::superblock::MAX_CONFIG_BYTES {
+            return Err(AdminError::Conflict(format!(
+                "drive group {dg}'s superblock has no room for these access rules"
+            )));
+        }
+        group.config = config;
+        let generation = group.engine.set_config(blob);
+        let closed = self.enforce_vd_access(name);
+        let rules = if access.allow.is_empty() {
+            "any client".to_string()
+        } else {
+            access.allow.join(", ")
+        };
+        self.events.push_info(
+            "vd_access_changed",
+            format!(
+                "virtual drive {name}: allowed {rules}; {}, {}; {closed} connection(s) closed",
+                if access.read_only {
+                    "read-only"
+                } else {
+                    "writable"
+                },
+                if access.multi_conn {
+                    "several writers"
+                } else {
+                    "one writer at a time"
+                }
+            ),
+            Some(dg),
+            None,
+        );
+        Ok((dg, generation))
     }
 
     pub(crate) fn find_vd(&self, name: &str) -> Option<(&Group, &VdRecord)> {

@@ -6,6 +6,7 @@ mod admin;
 mod compute;
 mod group;
 mod nbd;
+mod peer;
 mod views;
 
 use crate::ServeOptions;

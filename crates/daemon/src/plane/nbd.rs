@@ -13,6 +13,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use tessera_api::model::{Peer, admits};
 use tessera_buffer::BufferId;
 use tessera_io::{Driver, Operation, SendParts};
 use tessera_nbd::proto::REQUEST_HEADER_BYTES;
@@ -115,6 +116,8 @@ struct Outgoing {
 
 pub(crate) struct Connection {
     socket: OwnedFd,
+    /// Who connected, for the export access rules.
+    peer: Peer,
     phase: Phase,
     inbox: Vec<u8>,
     start: usize,
@@ -131,9 +134,10 @@ pub(crate) struct Connection {
     stalled: bool,
 }
 
-/// The virtual drives this data plane exports, for the handshake.
+/// The virtual drives this data plane exports, as one client may see them, for the handshake.
 struct Catalog<'a> {
     plane: &'a DataPlane,
+    peer: &'a Peer,
 }
 
 impl ExportCatalog for Catalog<'_> {
@@ -144,8 +148,15 @@ impl ExportCatalog for Catalog<'_> {
             "Tessera virtual drive on drive group {}",
             group.engine.superblock().name
         ));
+        let access = &vd.access;
+        if !admits(&access.allow, self.peer) {
+            info.refused = Some("this client is not allowed to use the virtual drive");
+        }
+        // One writer at a time unless multi-connection is on: later clients read.
+        info.read_only =
+            access.read_only || (!access.multi_conn && self.plane.vd_has_writer(&vd.name));
         info.features = ExportFeatures {
-            multi_conn: true,
+            multi_conn: access.multi_conn,
             ..ExportFeatures::default()
         };
         info.block_size = BlockSizeConstraints::default();
@@ -178,11 +189,14 @@ impl DataPlane {
                 )
             };
         }
+        let tcp = matches!(self.listeners[listener], Listener::Tcp { .. });
+        let (socket, peer) = super::peer::identify(socket, tcp);
         let mut handshake = ServerHandshake::new(HandshakeConfig::default());
         let mut greeting = Vec::new();
         handshake.take_output(&mut greeting);
         let connection = Connection {
             socket,
+            peer,
             phase: Phase::Handshake(Box::new(handshake)),
             inbox: vec![0; INBOX_BYTES],
             start: 0,
@@ -326,7 +340,11 @@ impl DataPlane {
             unreachable!()
         };
         let input = &connection.inbox[connection.start..connection.end];
-        let result = handshake.receive(input, &Catalog { plane: self });
+        let catalog = Catalog {
+            plane: self,
+            peer: &connection.peer,
+        };
+        let result = handshake.receive(input, &catalog);
         let mut output = Vec::new();
         handshake.take_output(&mut output);
         if !output.is_empty() {
@@ -859,6 +877,51 @@ impl DataPlane {
             self.close_connection(key, "virtual drive deleted");
         }
         self.vd_io.remove(name);
+    }
+
+    /// Whether a client has the virtual drive open for writing.
+    pub(crate) fn vd_has_writer(&self, name: &str) -> bool {
+        self.connections.keys().into_iter().any(|key| {
+            self.serving(key).is_some_and(|serving| {
+                serving.negotiated.export_name() == name && !serving.negotiated.export.read_only
+            })
+        })
+    }
+
+    /// Closes the connections to a virtual drive that its access no longer allows: clients
+    /// the rules do not admit, and writers of a drive made read-only. Returns how many.
+    pub(crate) fn enforce_vd_access(&mut self, name: &str) -> usize {
+        let Some(access) = self.find_vd(name).map(|(_, vd)| vd.access.clone()) else {
+            return 0;
+        };
+        let keys: Vec<u64> = self
+            .connections
+            .keys()
+            .into_iter()
+            .filter(|&key| {
+                let Some(serving) = self.serving(key) else {
+                    return false;
+                };
+                let writer = !serving.negotiated.export.read_only;
+                serving.negotiated.export_name() == name
+                    && (!admits(
+                        &access.allow,
+                        &self.connections.get(key).expect("live").peer,
+                    ) || (writer && access.read_only))
+            })
+            .collect();
+        for &key in &keys {
+            self.close_connection(key, "access to the virtual drive changed");
+        }
+        keys.len()
+    }
+
+    fn serving(&self, key: u64) -> Option<&Serving> {
+        let connection = self.connections.get(key)?;
+        match &connection.phase {
+            Phase::Serving(serving) if !connection.closing => Some(serving),
+            _ => None,
+        }
     }
 
     fn connection_export(&self, key: u64) -> Option<&str> {

@@ -283,6 +283,7 @@ impl DataPlane {
             thin: false,
             compression: None,
             stats: None,
+            access: vd.access.clone(),
         }
     }
 
