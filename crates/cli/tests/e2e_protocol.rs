@@ -147,3 +147,83 @@ fn bad_requests_get_protocol_answers_and_disturb_nothing() {
     fresh.read_at(&mut again, 4096).unwrap();
     assert_eq!(&again[..], &pattern[4096..8192]);
 }
+
+#[test]
+fn connection_floods_and_stalled_handshakes_are_cut_off() {
+    let daemon = Daemon::start();
+    daemon.group_with_vd("5", 3, 64 << 20, "target", 16 * MIB);
+    let mut good = Client::connect_str(&daemon.uri("target")).unwrap();
+    let pattern: Vec<u8> = (0..MIB as usize).map(|i| (i * 13 % 241) as u8).collect();
+    good.write_at(&pattern, 0, false).unwrap();
+    good.flush().unwrap();
+
+    // Stalled handshakes: one client says nothing after the greeting, one stops half-way
+    // through its flags.
+    let mut silent = UnixStream::connect(daemon.nbd_socket()).unwrap();
+    let mut half = UnixStream::connect(daemon.nbd_socket()).unwrap();
+    let stalled_at = std::time::Instant::now();
+    let mut greeting = [0u8; 18];
+    silent.read_exact(&mut greeting).unwrap();
+    half.read_exact(&mut greeting).unwrap();
+    half.write_all(&[0, 0]).unwrap();
+
+    // A flood: 1,500 connections at once. The daemon keeps 1,024 and closes the rest.
+    let flood: Vec<UnixStream> = (0..1500)
+        .map(|_| UnixStream::connect(daemon.nbd_socket()).expect("connect"))
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let refused = daemon
+            .metric("tessera_nbd_connections_refused_total")
+            .unwrap_or(0);
+        if refused >= 1500 + 3 - 1024 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {refused} connections refused; open: {:?}",
+            daemon.metric("tessera_nbd_connections")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(daemon.metric("tessera_nbd_connections"), Some(1024));
+    // The serving client is unaffected by the flood.
+    let mut back = vec![0u8; MIB as usize];
+    good.read_at(&mut back, 0).unwrap();
+    assert_eq!(back, pattern);
+    drop(flood);
+
+    // Handshakes that stall are closed after 10 s; the serving connection stays.
+    for stream in [&mut silent, &mut half] {
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        match stream.read(&mut byte) {
+            Ok(0) => {}
+            Err(error)
+                if !matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            other => panic!("a stalled handshake was kept, or answered: {other:?}"),
+        }
+    }
+    let waited = stalled_at.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_secs(9),
+        "closed after {waited:?}, before the handshake deadline"
+    );
+    assert!(
+        daemon
+            .metric("tessera_nbd_handshake_timeouts_total")
+            .unwrap_or(0)
+            >= 2
+    );
+    good.read_at(&mut back, 0).unwrap();
+    assert_eq!(back, pattern, "the serving client reads on");
+    let mut fresh =
+        Client::connect_str(&daemon.uri("target")).expect("a new client after the flood");
+    fresh.read_at(&mut back, 0).unwrap();
+    assert_eq!(back, pattern);
+}

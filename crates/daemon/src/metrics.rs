@@ -94,7 +94,36 @@ impl DataPlane {
         }
         self.vd_metrics(&mut out);
         self.parity_engine_metrics(&mut out);
+        self.nbd_metrics(&mut out);
         out
+    }
+
+    /// The NBD server's connections and what its limits turned away.
+    fn nbd_metrics(&self, out: &mut String) {
+        for (name, kind, help, value) in [
+            (
+                "tessera_nbd_connections",
+                "gauge",
+                "NBD connections open (handshaking or serving).",
+                self.nbd_connection_count() as u64,
+            ),
+            (
+                "tessera_nbd_connections_refused_total",
+                "counter",
+                "NBD connections closed at once because the connection limit was reached.",
+                self.refused_connections,
+            ),
+            (
+                "tessera_nbd_handshake_timeouts_total",
+                "counter",
+                "NBD clients disconnected for not finishing the handshake in time.",
+                self.handshake_timeouts,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            let _ = writeln!(out, "{name} {value}");
+        }
     }
 
     /// Per parity engine: whether it is in service, and the handed-out work it computed.

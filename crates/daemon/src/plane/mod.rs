@@ -121,6 +121,12 @@ pub struct DataPlane {
     pub(crate) vd_io: BTreeMap<String, VdIo>,
     /// Whether engines hand full-stripe parity work out to the parity worker.
     pub(crate) offload_parity: bool,
+    /// NBD connections closed at once because `nbd::MAX_CONNECTIONS` were open.
+    pub(crate) refused_connections: u64,
+    /// NBD clients disconnected for not finishing the handshake in time.
+    pub(crate) handshake_timeouts: u64,
+    /// When handshakes were last checked for their deadline.
+    last_handshake_sweep: Instant,
     #[cfg(feature = "gpu")]
     pub(crate) parity_worker: Option<crate::compute::ParityWorker>,
     /// Handed-out parity work gathered in this pass of the loop.
@@ -283,6 +289,9 @@ impl DataPlane {
             scrub_finished_unix_ms: BTreeMap::new(),
             vd_io: BTreeMap::new(),
             offload_parity: false,
+            refused_connections: 0,
+            handshake_timeouts: 0,
+            last_handshake_sweep: Instant::now(),
             #[cfg(feature = "gpu")]
             parity_worker: None,
             #[cfg(feature = "gpu")]
@@ -346,6 +355,11 @@ impl DataPlane {
             let now = self.now_us();
             for group in self.groups.values_mut() {
                 group.engine.tick(now);
+            }
+            // The loop wakes at least once a second, so deadlines are kept to about a second.
+            if self.last_handshake_sweep.elapsed() >= Duration::from_secs(1) {
+                self.last_handshake_sweep = Instant::now();
+                self.expire_handshakes();
             }
         }
         for listener in &self.listeners {

@@ -26,8 +26,21 @@ use tessera_nbd::{
 use tessera_raid::engine::{HostError, HostOp, HostRequest as EngineRequest, Reply};
 
 const INBOX_BYTES: usize = 256 * 1024;
+/// The receive buffer while handshaking: every option the daemon buffers fits (see
+/// `OPTION_BYTES_MAX`). It grows to `INBOX_BYTES` once the client is admitted to a drive, so
+/// connections that never get that far cost little memory.
+const HANDSHAKE_INBOX_BYTES: usize = 16 * 1024;
+/// Longest option payload buffered in the handshake (names are at most 4 KiB); longer options
+/// are skipped and refused by the handshake.
+const OPTION_BYTES_MAX: u32 = 12 * 1024;
 /// Requests in flight per connection before the connection stops reading.
 const MAX_IN_FLIGHT: u32 = 256;
+/// NBD connections at once; more are closed as soon as they are accepted, so a flood of
+/// clients costs a descriptor for a moment, not a receive buffer each.
+pub(crate) const MAX_CONNECTIONS: usize = 1024;
+/// A client that has not finished its handshake by then is disconnected (slow or idle
+/// clients would otherwise hold connections forever).
+pub(crate) const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub(crate) enum Listener {
     Unix { socket: UnixListener, path: PathBuf },
@@ -116,6 +129,7 @@ struct Outgoing {
 
 pub(crate) struct Connection {
     socket: OwnedFd,
+    accepted: Instant,
     /// Who connected, for the export access rules.
     peer: Peer,
     phase: Phase,
@@ -176,6 +190,18 @@ impl DataPlane {
     pub(super) fn accept_connection(&mut self, listener: usize, fd: i32) {
         // SAFETY: the accept completion hands us a fresh descriptor that nothing else owns.
         let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+        if self.connections.len() >= MAX_CONNECTIONS {
+            self.refused_connections += 1;
+            // One line per power of two refused, so a flood cannot flood the log too.
+            if self.refused_connections.is_power_of_two() {
+                log!(
+                    "NBD connection refused: {MAX_CONNECTIONS} connections open already \
+                     ({} refused so far)",
+                    self.refused_connections
+                );
+            }
+            return;
+        }
         if matches!(self.listeners[listener], Listener::Tcp { .. }) {
             let one: libc::c_int = 1;
             // SAFETY: setsockopt with a valid int option on a socket we own.
@@ -191,14 +217,18 @@ impl DataPlane {
         }
         let tcp = matches!(self.listeners[listener], Listener::Tcp { .. });
         let (socket, peer) = super::peer::identify(socket, tcp);
-        let mut handshake = ServerHandshake::new(HandshakeConfig::default());
+        let mut handshake = ServerHandshake::new(HandshakeConfig {
+            option_length_bytes_max: OPTION_BYTES_MAX,
+            ..HandshakeConfig::default()
+        });
         let mut greeting = Vec::new();
         handshake.take_output(&mut greeting);
         let connection = Connection {
             socket,
+            accepted: Instant::now(),
             peer,
             phase: Phase::Handshake(Box::new(handshake)),
-            inbox: vec![0; INBOX_BYTES],
+            inbox: vec![0; HANDSHAKE_INBOX_BYTES],
             start: 0,
             end: 0,
             receiving: false,
@@ -710,6 +740,12 @@ impl DataPlane {
                 )
             }
             None => {
+                if matches!(connection.phase, Phase::Serving(_))
+                    && connection.inbox.len() < INBOX_BYTES
+                {
+                    // No receive is in flight here (checked above), so nothing points into it.
+                    connection.inbox.resize(INBOX_BYTES, 0);
+                }
                 if connection.in_flight >= MAX_IN_FLIGHT || connection.end == connection.inbox.len()
                 {
                     return;
@@ -725,7 +761,7 @@ impl DataPlane {
         connection.receiving = true;
         let fd = connection.socket.as_raw_fd();
         let token = self.tokens.insert(Token::Recv { connection: key });
-        // SAFETY: the inbox is never resized and is only compacted while no receive is in
+        // SAFETY: the inbox is only resized (above) and compacted while no receive is in
         // flight; a payload buffer stays allocated until the write is submitted, which happens
         // only after this receive completes.
         unsafe {
@@ -877,6 +913,32 @@ impl DataPlane {
             self.close_connection(key, "virtual drive deleted");
         }
         self.vd_io.remove(name);
+    }
+
+    /// NBD connections open.
+    pub(crate) fn nbd_connection_count(&self) -> usize {
+        self.connections.len()
+    }
+
+    /// Disconnects clients whose handshake has run longer than `HANDSHAKE_TIMEOUT`.
+    pub(super) fn expire_handshakes(&mut self) {
+        let now = Instant::now();
+        let late: Vec<u64> = self
+            .connections
+            .keys()
+            .into_iter()
+            .filter(|&key| {
+                self.connections.get(key).is_some_and(|connection| {
+                    !connection.closing
+                        && matches!(connection.phase, Phase::Handshake(_))
+                        && now.duration_since(connection.accepted) > HANDSHAKE_TIMEOUT
+                })
+            })
+            .collect();
+        for key in late {
+            self.handshake_timeouts += 1;
+            self.close_connection(key, "handshake timed out");
+        }
     }
 
     /// Whether a client has the virtual drive open for writing.
