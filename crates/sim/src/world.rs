@@ -724,9 +724,27 @@ impl World {
                     HostKind::Zeroes { .. } => "write-zeroes",
                 };
                 if self.config.mode == FaultMode::MustSurvive {
+                    let range = match kind {
+                        HostKind::Read {
+                            offset_bytes,
+                            len_bytes,
+                        } => format!(" at {offset_bytes}+{len_bytes}"),
+                        _ => String::new(),
+                    };
+                    let status = self.engine.as_ref().map(|engine| engine.status());
                     return Err(format!(
-                        "{what} request {} failed with {error:?} in a must-survive run",
-                        reply.id
+                        "{what} request {}{range} failed with {error:?} in a must-survive run; \
+                         group {:?}, members {:?}, bad ranges {:?}",
+                        reply.id,
+                        status.as_ref().map(|s| s.state),
+                        status.as_ref().map(|s| s
+                            .members
+                            .iter()
+                            .map(|m| (m.role, m.state))
+                            .collect::<Vec<_>>()),
+                        self.engine
+                            .as_ref()
+                            .map(|engine| engine.superblock().bad_ranges),
                     ));
                 }
                 // Beyond tolerance: a failed write may or may not have landed (its entry stays
@@ -993,6 +1011,9 @@ impl World {
                 lost.push(device);
             }
         }
+        // A member that failed while a full-stripe write was in flight tears that stripe as
+        // surely as one lost in the crash (the write's intent does not cover it).
+        let degraded = self.exposure().0 > 0;
         let engine = self.engine.take().expect("engine running");
         let mut in_flight: Vec<Vec<(u64, Vec<u8>)>> = vec![Vec::new(); self.devices.len()];
         for scheduled in self.scheduled.values() {
@@ -1019,8 +1040,10 @@ impl World {
             let mut rng = self.rng.fork();
             self.devices[device].member.crash(&mut rng, writes);
         }
-        if lost.is_empty() {
+        if lost.is_empty() && !degraded {
             self.model.crash();
+        } else if lost.is_empty() {
+            self.model.crash_losing_members();
         } else {
             // Writes not yet durable in a stripe that lost a member may read back as anything
             // (their stripe was torn); everything durable must survive.

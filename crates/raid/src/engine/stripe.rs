@@ -572,7 +572,15 @@ impl Engine {
                         lost |= 1 << piece.piece.index;
                     }
                 }
-                self.plan_image(id, op, range, lost, None, false)
+                match self.plan_image(id, op, range, lost, None, false) {
+                    // No redundancy left to go around the member (another failed meanwhile):
+                    // read it again, since a scrub or another read may have rewritten the
+                    // sector by now. A second failure marks it unreadable for good.
+                    Planned::BeyondRedundancy if lost != 0 => {
+                        self.plan_image(id, op, range, 0, None, false)
+                    }
+                    planned => planned,
+                }
             }
             Kind::Rebuild { .. } if op.salvaging => self.plan_salvage(id, op),
             Kind::Rebuild { .. } => self.plan_rebuild(id, op),
