@@ -234,17 +234,7 @@ impl Controller for FakeController {
                     ],
                 }],
             },
-            parity_engines: vec![ParityEngineView {
-                name: "cpu".to_string(),
-                kind: "cpu".to_string(),
-                adapter: None,
-                submit_latency_us: None,
-                calibration: Vec::new(),
-                min_batch_bytes: Some(0),
-                failure: None,
-                batches: 0,
-                computed_bytes: 0,
-            }],
+            parity_engines: vec![ParityEngineView::cpu_kernels()],
             parity_offload: false,
             io: IoView {
                 driver: "poll".to_string(),

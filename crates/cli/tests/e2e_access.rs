@@ -81,15 +81,18 @@ fn access_rules_admit_refuse_and_limit_writers() {
         );
         assert!(list.contains("open") && !list.contains("guarded"), "{list}");
     }
-    daemon.ok(&[
-        "vd",
-        "set",
-        "guarded",
-        "--allow",
-        &my_uid_rule,
-        "--allow",
-        "net:10.0.0.0/8",
-    ]);
+    let allow_me_and = |network: &str| {
+        daemon.ok(&[
+            "vd",
+            "set",
+            "guarded",
+            "--allow",
+            &my_uid_rule,
+            "--allow",
+            network,
+        ]);
+    };
+    allow_me_and("net:10.0.0.0/8");
     let mut writer = Client::connect_str(&unix_uri).expect("admitted by uid");
     assert!(!is_read_only(&writer), "the first client writes");
     if have("nbdinfo") {
@@ -126,15 +129,7 @@ fn access_rules_admit_refuse_and_limit_writers() {
     second.disconnect().unwrap();
 
     // TCP by network: 127.0.0.0/8 admits the loopback client.
-    daemon.ok(&[
-        "vd",
-        "set",
-        "guarded",
-        "--allow",
-        &my_uid_rule,
-        "--allow",
-        "net:127.0.0.0/8",
-    ]);
+    allow_me_and("net:127.0.0.0/8");
     let mut tcp = Client::connect_str(&tcp_uri).expect("TCP client by network");
     tcp.read_at(&mut back, MIB).unwrap();
     assert_eq!(back, pattern);

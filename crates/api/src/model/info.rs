@@ -72,6 +72,23 @@ pub struct ParityEngineView {
     pub computed_bytes: u64,
 }
 
+impl ParityEngineView {
+    /// The CPU kernels as an engine, before (or without) any calibration.
+    pub fn cpu_kernels() -> ParityEngineView {
+        ParityEngineView {
+            name: "cpu".into(),
+            kind: "cpu".into(),
+            adapter: None,
+            submit_latency_us: None,
+            calibration: Vec::new(),
+            min_batch_bytes: Some(0),
+            failure: None,
+            batches: 0,
+            computed_bytes: 0,
+        }
+    }
+}
+
 /// How member and socket I/O is done.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IoView {

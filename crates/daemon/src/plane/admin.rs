@@ -652,14 +652,11 @@ impl DataPlane {
             size_bytes,
             access,
         });
-        let blob = config.encode();
-        if blob.len() > tessera_raid::superblock::MAX_CONFIG_BYTES {
-            return Err(AdminError::Conflict(format!(
-                "drive group {dg} holds as many virtual drives as its superblock can record"
-            )));
-        }
-        group.config = config;
-        let generation = group.engine.set_config(blob);
+        let generation = store_config(
+            group,
+            config,
+            "holds as many virtual drives as its superblock can record",
+        )?;
         self.events.push_info(
             "vd_created",
             format!("virtual drive {name} created on drive group {dg}: {size_bytes} bytes"),
@@ -807,14 +804,11 @@ impl DataPlane {
             .find(|vd| vd.name == name)
             .expect("found");
         record.access = access.clone();
-        let blob = config.encode();
-        if blob.len() > tessera_raid::superblock::MAX_CONFIG_BYTES {
-            return Err(AdminError::Conflict(format!(
-                "drive group {dg}'s superblock has no room for these access rules"
-            )));
-        }
-        group.config = config;
-        let generation = group.engine.set_config(blob);
+        let generation = store_config(
+            group,
+            config,
+            "has no room in its superblock for these access rules",
+        )?;
         let closed = self.enforce_vd_access(name);
         let rules = if access.allow.is_empty() {
             "any client".to_string()
@@ -852,4 +846,18 @@ impl DataPlane {
                 .map(|vd| (group, vd))
         })
     }
+}
+
+/// Makes `config` the group's configuration, recorded in the next superblock; refused (saying
+/// the group `too_big`) when the blob does not fit. Returns that superblock's generation.
+fn store_config(group: &mut Group, config: GroupConfig, too_big: &str) -> Result<u64, AdminError> {
+    let blob = config.encode();
+    if blob.len() > tessera_raid::superblock::MAX_CONFIG_BYTES {
+        return Err(AdminError::Conflict(format!(
+            "drive group {} {too_big}",
+            group.id
+        )));
+    }
+    group.config = config;
+    Ok(group.engine.set_config(blob))
 }

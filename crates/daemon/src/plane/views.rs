@@ -341,17 +341,7 @@ impl DataPlane {
                     .collect();
             }
         }
-        vec![ParityEngineView {
-            name: "cpu".into(),
-            kind: "cpu".into(),
-            adapter: None,
-            submit_latency_us: None,
-            calibration: Vec::new(),
-            min_batch_bytes: Some(0),
-            failure: None,
-            batches: 0,
-            computed_bytes: 0,
-        }]
+        vec![ParityEngineView::cpu_kernels()]
     }
 }
 
