@@ -23,6 +23,7 @@ from .tessera import ApiClient, TesseraDaemon
 
 REPO = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
+IDLE_SETTLE_SECONDS = 3.0
 
 
 def parse_options(argv: list[str]) -> argparse.Namespace:
@@ -162,6 +163,9 @@ class RebuildBench:
         }
 
     def idle_rebuild(self, group: Group, label: str) -> dict:
+        # Idle means idle: the rate pacing looks back one window at host I/O, and write-intent
+        # bits of the fill are still being cleared for a moment.
+        time.sleep(IDLE_SETTLE_SECONDS)
         seq = self.last_seq()
         old, path = group.start_rebuild()
         seconds = self.rebuild_seconds(group.dg, seq)
@@ -193,7 +197,9 @@ class RebuildBench:
         self.daemon.cli("dg", "set", str(group.dg), "--rebuild-rate", str(rate))
         # The load starts first and is stopped (SIGINT: fio reports what it did) when the
         # rebuild ends, so its figures cover the rebuild and nothing else.
-        load = self.shell.start_capture(self.load_args(group, 3600))
+        load = self.shell.start_capture(
+            self.load_args(group, 3600), self.out_dir / "load-stderr.log"
+        )
         time.sleep(1.0)
         seq = self.last_seq()
         old, _ = group.start_rebuild()

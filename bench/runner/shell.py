@@ -58,10 +58,12 @@ class Shell:
         output = open(log_file, "ab")
         return subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT)
 
-    def start_capture(self, argv: list[str]) -> subprocess.Popen:
-        """Starts a process whose standard output the caller collects (`communicate`)."""
+    def start_capture(self, argv: list[str], stderr_file: Path) -> subprocess.Popen:
+        """Starts a process whose standard output the caller collects (`communicate`); its
+        errors go to stderr_file."""
         self.record(argv)
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        errors = open(stderr_file, "ab")
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True)
 
 
 def wait_for(predicate, timeout_seconds: float, what: str, interval_seconds: float = 0.05):
