@@ -10,6 +10,7 @@
 use crate::log;
 use crate::plane::{DataPlane, PlaneHandle};
 use std::collections::{BTreeMap, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use tessera_parity::Kernel;
@@ -56,6 +57,7 @@ impl RawChunk {
 }
 
 /// One stripe's work with its arena addresses resolved.
+#[derive(Clone)]
 pub(crate) struct RawJob {
     pub group: u32,
     pub id: ComputeId,
@@ -65,6 +67,20 @@ pub(crate) struct RawJob {
     pub parity: Vec<RawChunk>,
     pub first: RawChunk,
     pub second: Option<RawChunk>,
+}
+
+impl RawJob {
+    /// Bytes of data chunks the job stands for (lost ones included).
+    fn data_bytes(&self) -> u64 {
+        let chunk = self
+            .data
+            .iter()
+            .chain(&self.parity)
+            .map(|chunk| chunk.len_bytes)
+            .max()
+            .unwrap_or(0);
+        (self.data.len() * chunk) as u64
+    }
 }
 
 /// Work done, by whom.
@@ -128,12 +144,19 @@ pub(crate) fn should_offload(mode: EngineMode, reports: &[ParityEngineReport]) -
 }
 
 /// A submitted batch and what it answers; `_storage` holds the input chunk lists the pending
-/// batch points into, and is dropped only after the batch was waited for.
+/// batch points into, and is dropped only after the batch was waited for. `raw` is kept to
+/// redo the batch on the CPU if the dispatcher panics.
 struct InFlight {
     pending: Pending<'static>,
-    jobs: Vec<(u32, ComputeId)>,
+    raw: Vec<RawJob>,
     data_bytes: u64,
     _storage: Vec<Box<[&'static [u8]]>>,
+}
+
+/// What computed a batch, for the figures.
+struct Outcome {
+    engine: String,
+    fell_back: bool,
 }
 
 fn run(
@@ -143,7 +166,7 @@ fn run(
     figures: Arc<Mutex<EngineFigures>>,
     plane: PlaneHandle,
 ) {
-    let kernel: Arc<dyn Kernel> = cpu;
+    let kernel: Arc<dyn Kernel> = cpu.clone();
     let config = DispatcherConfig {
         mode,
         ..DispatcherConfig::default()
@@ -166,6 +189,8 @@ fn run(
     figures.lock().expect("figures").reports = Some(reports);
     plane.post(move |plane: &mut DataPlane| plane.set_offload_parity(offload));
     let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+    // A dispatcher that panicked is not trusted again: batches go to the CPU kernels here.
+    let mut broken = false;
     loop {
         // Block for work only when nothing is in flight; otherwise take what is there and
         // keep at most two batches going.
@@ -178,7 +203,35 @@ fn run(
             receiver.try_recv().ok()
         };
         if let Some(batch) = next {
-            in_flight.push_back(submit(&mut dispatcher, batch));
+            if broken {
+                let data_bytes = batch.iter().map(RawJob::data_bytes).sum();
+                finish(
+                    &cpu_outcome(&cpu, &batch),
+                    batch,
+                    data_bytes,
+                    &figures,
+                    &plane,
+                    None,
+                );
+                continue;
+            }
+            let raw = batch.clone();
+            match catch_unwind(AssertUnwindSafe(|| submit(&mut dispatcher, batch))) {
+                Ok(batch) => in_flight.push_back(batch),
+                Err(_) => {
+                    broken = true;
+                    log!("the parity dispatcher failed; parity continues on the CPU kernels");
+                    let data_bytes = raw.iter().map(RawJob::data_bytes).sum();
+                    finish(
+                        &cpu_outcome(&cpu, &raw),
+                        raw,
+                        data_bytes,
+                        &figures,
+                        &plane,
+                        None,
+                    );
+                }
+            }
             if in_flight.len() < 2 {
                 continue;
             }
@@ -188,27 +241,63 @@ fn run(
         };
         let InFlight {
             pending,
-            jobs,
+            raw,
             data_bytes,
             _storage,
         } = batch;
-        let completion = dispatcher.wait(pending);
+        let waited = catch_unwind(AssertUnwindSafe(|| dispatcher.wait(pending)));
         drop(_storage);
-        {
-            let mut figures = figures.lock().expect("figures");
-            *figures
-                .batches
-                .entry(completion.engine.clone())
-                .or_default() += 1;
-            *figures.bytes.entry(completion.engine.clone()).or_default() += data_bytes;
-            if completion.fell_back {
-                figures.fallbacks += 1;
-                figures.reports = Some(dispatcher.reports());
+        let outcome = match waited {
+            Ok(completion) => Outcome {
+                engine: completion.engine,
+                fell_back: completion.fell_back,
+            },
+            Err(_) => {
+                broken = true;
+                log!("the parity dispatcher failed; parity continues on the CPU kernels");
+                cpu_outcome(&cpu, &raw)
             }
-        }
-        let finished = Finished { jobs };
-        plane.post(move |plane: &mut DataPlane| plane.compute_finished(finished));
+        };
+        let reports = (outcome.fell_back && !broken).then(|| dispatcher.reports());
+        finish(&outcome, raw, data_bytes, &figures, &plane, reports);
     }
+}
+
+/// Computes a batch on the CPU kernels here (after the dispatcher failed).
+fn cpu_outcome(cpu: &tessera_parity::Parity, batch: &[RawJob]) -> Outcome {
+    for job in batch {
+        run_on_cpu(cpu, job);
+    }
+    Outcome {
+        engine: "cpu".to_string(),
+        fell_back: true,
+    }
+}
+
+/// Counts a computed batch and tells the data plane.
+fn finish(
+    outcome: &Outcome,
+    batch: Vec<RawJob>,
+    data_bytes: u64,
+    figures: &Mutex<EngineFigures>,
+    plane: &PlaneHandle,
+    reports: Option<Vec<ParityEngineReport>>,
+) {
+    {
+        let mut figures = figures.lock().expect("figures");
+        *figures.batches.entry(outcome.engine.clone()).or_default() += 1;
+        *figures.bytes.entry(outcome.engine.clone()).or_default() += data_bytes;
+        if outcome.fell_back {
+            figures.fallbacks += 1;
+        }
+        if let Some(reports) = reports {
+            figures.reports = Some(reports);
+        }
+    }
+    let finished = Finished {
+        jobs: batch.iter().map(|job| (job.group, job.id)).collect(),
+    };
+    plane.post(move |plane: &mut DataPlane| plane.compute_finished(finished));
 }
 
 /// Computes one job with a CPU kernel, on the calling thread.
@@ -230,9 +319,8 @@ pub(crate) fn run_on_cpu(kernel: &dyn Kernel, job: &RawJob) {
 fn submit(dispatcher: &mut Dispatcher, batch: Vec<RawJob>) -> InFlight {
     let mut storage: Vec<Box<[&'static [u8]]>> = Vec::with_capacity(batch.len() * 2);
     let mut jobs = Vec::with_capacity(batch.len());
-    let mut answers = Vec::with_capacity(batch.len());
     let mut data_bytes = 0u64;
-    for job in batch {
+    for job in &batch {
         let data: Box<[&'static [u8]]> = job.data.iter().map(|chunk| chunk.bytes()).collect();
         let parity: Box<[&'static [u8]]> = job.parity.iter().map(|chunk| chunk.bytes()).collect();
         // SAFETY: the boxes' contents never move (a Box's heap block stays put when the Box is
@@ -259,11 +347,10 @@ fn submit(dispatcher: &mut Dispatcher, batch: Vec<RawJob>) -> InFlight {
                 second: job.second.map(RawChunk::bytes_mut),
             },
         });
-        answers.push((job.group, job.id));
     }
     InFlight {
         pending: dispatcher.submit(jobs),
-        jobs: answers,
+        raw: batch,
         data_bytes,
         _storage: storage,
     }
