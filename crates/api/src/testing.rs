@@ -750,6 +750,7 @@ impl Controller for FakeController {
                 allow: canonical_rules(&body.allow).map_err(ApiError::invalid_argument)?,
                 read_only: body.read_only,
                 multi_conn: body.multi_conn,
+                tls_required: body.tls_required,
             },
         };
         state.vds.insert(name.clone(), view.clone());
@@ -780,6 +781,7 @@ impl Controller for FakeController {
         }
         vd.access.read_only = body.read_only.unwrap_or(vd.access.read_only);
         vd.access.multi_conn = body.multi_conn.unwrap_or(vd.access.multi_conn);
+        vd.access.tls_required = body.tls_required.unwrap_or(vd.access.tls_required);
         Ok(vd.clone())
     }
 

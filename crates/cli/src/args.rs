@@ -256,13 +256,16 @@ pub enum VdCommand {
         /// Let several clients write at once (default: one writer; later clients read only).
         #[arg(long)]
         multi_conn: bool,
+        /// Serve it only over TLS (needs `tessera serve --tls-cert`).
+        #[arg(long)]
+        tls_required: bool,
         #[command(flatten)]
         json: JsonFlag,
     },
     /// Change who may connect to a virtual drive, and how. Connections the new settings no
     /// longer allow are closed.
     #[command(group(ArgGroup::new("change").required(true).multiple(true)
-        .args(["allow", "allow_any", "read_only", "multi_conn"])))]
+        .args(["allow", "allow_any", "read_only", "multi_conn", "tls_required"])))]
     Set {
         /// The drive's name.
         #[arg(value_name = "NAME", value_parser = values::name)]
@@ -280,6 +283,9 @@ pub enum VdCommand {
         /// Several writers at once: on or off.
         #[arg(long, value_name = "on|off", value_parser = values::on_off)]
         multi_conn: Option<bool>,
+        /// Only over TLS: on or off.
+        #[arg(long, value_name = "on|off", value_parser = values::on_off)]
+        tls_required: Option<bool>,
         #[command(flatten)]
         json: JsonFlag,
     },
@@ -384,4 +390,29 @@ pub struct ServeArgs {
     /// Serve /metrics and the dashboard over HTTP on this address (HOST:PORT; read-only).
     #[arg(long, value_name = "ADDR", env = "TESSERA_HTTP_LISTEN", value_parser = values::listen_address)]
     pub http_listen: Option<String>,
+    /// Offer NBD over TLS (NBD_OPT_STARTTLS) with this certificate chain (PEM); drives made
+    /// `--tls-required` are then served only over TLS.
+    #[arg(
+        long,
+        value_name = "PEM",
+        env = "TESSERA_TLS_CERT",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(
+        long,
+        value_name = "PEM",
+        env = "TESSERA_TLS_KEY",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// Verify client certificates against these CAs (PEM) when clients present one.
+    #[arg(
+        long,
+        value_name = "PEM",
+        env = "TESSERA_TLS_CLIENT_CA",
+        requires = "tls_cert"
+    )]
+    pub tls_client_ca: Option<PathBuf>,
 }

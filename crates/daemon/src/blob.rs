@@ -142,6 +142,7 @@ mod tests {
             allow: vec!["uid:1000".into(), "net:10.0.0.0/8".into()],
             read_only: true,
             multi_conn: false,
+            tls_required: true,
         };
         assert_eq!(
             GroupConfig::decode(&guarded.encode(), 1000).unwrap(),

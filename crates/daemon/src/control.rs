@@ -231,6 +231,7 @@ impl Controller for Control {
                     allow: body.allow,
                     read_only: body.read_only,
                     multi_conn: body.multi_conn,
+                    tls_required: body.tls_required,
                 };
                 plane.create_vd(body.dg, body.name, body.size_bytes, access)
             })?

@@ -48,6 +48,11 @@ pub struct ServeOptions {
     pub parity_engine: String,
     /// TCP address serving `/metrics` and the dashboard, if wanted.
     pub http_listen: Option<String>,
+    /// NBD over TLS: certificate chain and key (PEM), and the CAs client certificates are
+    /// checked against.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 /// Blocks SIGTERM and SIGINT in every thread and returns a signalfd that reports them, so the

@@ -21,6 +21,10 @@ pub struct VdAccessView {
     /// it, a connection made while another client has the drive writable is read-only.
     #[serde(default)]
     pub multi_conn: bool,
+    /// Served only over TLS: a plaintext client is answered `NBD_REP_ERR_TLS_REQD` (and must
+    /// upgrade with `NBD_OPT_STARTTLS`, which needs `tessera serve --tls-cert`).
+    #[serde(default)]
+    pub tls_required: bool,
 }
 
 /// One access rule.

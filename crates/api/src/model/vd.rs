@@ -118,6 +118,9 @@ pub struct CreateVd {
     /// Let several clients write at once.
     #[serde(default)]
     pub multi_conn: bool,
+    /// Serve it only over TLS.
+    #[serde(default)]
+    pub tls_required: bool,
 }
 
 /// `PATCH /v1/vds/{name}`: change a virtual drive's access; absent fields stay. Connections the
@@ -132,4 +135,6 @@ pub struct SetVd {
     pub read_only: Option<bool>,
     #[serde(default)]
     pub multi_conn: Option<bool>,
+    #[serde(default)]
+    pub tls_required: Option<bool>,
 }

@@ -17,6 +17,9 @@ pub fn options(api_socket: PathBuf, args: ServeArgs) -> ServeOptions {
         nbd_listen: args.nbd_listen,
         parity_engine: args.parity_engine.name().to_string(),
         http_listen: args.http_listen,
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
+        tls_client_ca: args.tls_client_ca,
     }
 }
 

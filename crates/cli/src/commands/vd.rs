@@ -20,6 +20,7 @@ pub fn run(context: &mut Context<'_>, command: VdCommand) -> Result<ExitCode, Fa
             allow,
             read_only,
             multi_conn,
+            tls_required,
             json,
         } => {
             let body = CreateVd {
@@ -31,6 +32,7 @@ pub fn run(context: &mut Context<'_>, command: VdCommand) -> Result<ExitCode, Fa
                 allow,
                 read_only,
                 multi_conn,
+                tls_required,
             };
             let vd = context.client.create_vd(&body)?;
             if json.json {
@@ -46,12 +48,14 @@ pub fn run(context: &mut Context<'_>, command: VdCommand) -> Result<ExitCode, Fa
             allow_any,
             read_only,
             multi_conn,
+            tls_required,
             json,
         } => {
             let body = SetVd {
                 allow: (allow_any || !allow.is_empty()).then_some(allow),
                 read_only,
                 multi_conn,
+                tls_required,
             };
             let vd = context.client.set_vd(&name, &body)?;
             if json.json {

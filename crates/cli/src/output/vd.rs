@@ -74,7 +74,11 @@ pub fn describe_vd(style: Style, vd: &VdView) -> String {
                 } else {
                     "one writer at a time"
                 }
-            ),
+            ) + if vd.access.tls_required {
+                ", TLS only"
+            } else {
+                ""
+            },
         ),
     ];
     if !vd.thin {

@@ -796,6 +796,7 @@ impl DataPlane {
         }
         access.read_only = change.read_only.unwrap_or(access.read_only);
         access.multi_conn = change.multi_conn.unwrap_or(access.multi_conn);
+        access.tls_required = change.tls_required.unwrap_or(access.tls_required);
         let group = self.groups.get_mut(&dg).expect("found");
         let mut config = group.config.clone();
         let record = config

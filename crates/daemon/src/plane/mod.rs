@@ -7,6 +7,7 @@ mod compute;
 mod group;
 mod nbd;
 mod peer;
+mod tls;
 mod views;
 
 use crate::ServeOptions;
@@ -127,6 +128,8 @@ pub struct DataPlane {
     pub(crate) handshake_timeouts: u64,
     /// When handshakes were last checked for their deadline.
     last_handshake_sweep: Instant,
+    /// The TLS server configuration, when NBD over TLS is offered.
+    tls: Option<Arc<rustls::ServerConfig>>,
     #[cfg(feature = "gpu")]
     pub(crate) parity_worker: Option<crate::compute::ParityWorker>,
     /// Handed-out parity work gathered in this pass of the loop.
@@ -260,6 +263,15 @@ impl DataPlane {
             log!("{reason}; using poll(2) and synchronous file I/O instead");
         }
         let state = StateDir::open(&options.state_dir)?;
+        let tls = match (&options.tls_cert, &options.tls_key) {
+            (Some(cert), Some(key)) => Some(tls::server_config(
+                cert,
+                key,
+                options.tls_client_ca.as_deref(),
+            )?),
+            (None, None) => None,
+            _ => return Err("TLS needs both a certificate and its key".into()),
+        };
         let wake = Arc::new(EventFd::new().map_err(|e| format!("cannot create an eventfd: {e}"))?);
         let (sender, calls) = mpsc::channel();
         let mut listeners = vec![Listener::unix(&options.nbd_socket)?];
@@ -292,6 +304,7 @@ impl DataPlane {
             refused_connections: 0,
             handshake_timeouts: 0,
             last_handshake_sweep: Instant::now(),
+            tls,
             #[cfg(feature = "gpu")]
             parity_worker: None,
             #[cfg(feature = "gpu")]

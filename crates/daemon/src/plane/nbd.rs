@@ -6,6 +6,7 @@
 //! when large), which the engine writes to the members without another copy; read replies are
 //! sent from the arena buffer the engine filled.
 
+use super::tls::TlsSession;
 use super::{DataPlane, Token};
 use crate::log;
 use std::collections::VecDeque;
@@ -16,6 +17,7 @@ use std::time::Instant;
 use tessera_api::model::{Peer, admits};
 use tessera_buffer::BufferId;
 use tessera_io::{Driver, Operation, SendParts};
+use tessera_nbd::TlsMode;
 use tessera_nbd::proto::REQUEST_HEADER_BYTES;
 use tessera_nbd::reply::encode_command_reply;
 use tessera_nbd::{
@@ -129,6 +131,8 @@ struct Outgoing {
 
 pub(crate) struct Connection {
     socket: OwnedFd,
+    /// After `NBD_OPT_STARTTLS`: every byte in and out passes through it.
+    tls: Option<Box<TlsSession>>,
     accepted: Instant,
     /// Who connected, for the export access rules.
     peer: Peer,
@@ -166,6 +170,7 @@ impl ExportCatalog for Catalog<'_> {
         if !admits(&access.allow, self.peer) {
             info.refused = Some("this client is not allowed to use the virtual drive");
         }
+        info.tls_required = access.tls_required;
         // One writer at a time unless multi-connection is on: later clients read.
         info.read_only =
             access.read_only || (!access.multi_conn && self.plane.vd_has_writer(&vd.name));
@@ -219,12 +224,19 @@ impl DataPlane {
         let (socket, peer) = super::peer::identify(socket, tcp);
         let mut handshake = ServerHandshake::new(HandshakeConfig {
             option_length_bytes_max: OPTION_BYTES_MAX,
+            // With a certificate, clients may upgrade and drives may require it.
+            tls: if self.tls.is_some() {
+                TlsMode::Selective
+            } else {
+                TlsMode::Disabled
+            },
             ..HandshakeConfig::default()
         });
         let mut greeting = Vec::new();
         handshake.take_output(&mut greeting);
         let connection = Connection {
             socket,
+            tls: None,
             accepted: Instant::now(),
             peer,
             phase: Phase::Handshake(Box::new(handshake)),
@@ -307,9 +319,10 @@ impl DataPlane {
             return;
         }
         let received = result as usize;
-        match &mut connection.payload {
-            Some(payload) => payload.filled += received,
-            None => connection.end += received,
+        match (&mut connection.tls, &mut connection.payload) {
+            (Some(tls), _) => tls.received(received),
+            (None, Some(payload)) => payload.filled += received,
+            (None, None) => connection.end += received,
         }
         self.pump_connection(key);
     }
@@ -345,17 +358,30 @@ impl DataPlane {
     /// Moves a connection forward: handshake bytes, requests, payloads, sends, receives.
     fn pump_connection(&mut self, key: u64) {
         loop {
+            let moved = match self.tls_step(key) {
+                Ok(moved) => moved,
+                Err(error) => {
+                    log!("NBD connection closed: {error}");
+                    self.close_connection(key, "TLS failed");
+                    false
+                }
+            };
             let Some(connection) = self.connections.get(key) else {
                 return;
             };
             if connection.closing {
                 break;
             }
-            let progressed = match connection.phase {
-                Phase::Handshake(_) => self.handshake_step(key),
-                Phase::Serving(_) => self.request_step(key),
+            // Until the TLS handshake is done, there is nothing for the NBD handshake.
+            let progressed = if connection.tls.as_ref().is_some_and(|tls| !tls.announced) {
+                false
+            } else {
+                match connection.phase {
+                    Phase::Handshake(_) => self.handshake_step(key),
+                    Phase::Serving(_) => self.request_step(key),
+                }
             };
-            if !progressed {
+            if !progressed && !moved {
                 break;
             }
         }
@@ -397,8 +423,10 @@ impl DataPlane {
                     HandshakeStatus::Continue => {}
                     HandshakeStatus::Close => connection.closing = true,
                     HandshakeStatus::StartTls => {
-                        connection.closing = true;
-                        log!("NBD client asked for TLS, which this server does not offer yet");
+                        if let Err(error) = self.start_tls(&mut connection) {
+                            connection.closing = true;
+                            log!("NBD STARTTLS failed: {error}");
+                        }
                     }
                     HandshakeStatus::Done(negotiated) => {
                         match self.find_vd(negotiated.export_name()) {
@@ -679,6 +707,10 @@ impl DataPlane {
         if connection.sending.is_some() {
             return;
         }
+        if connection.tls.is_some() {
+            self.start_tls_send(key);
+            return;
+        }
         // Replies without data travel together in one send.
         let Some(mut outgoing) = connection.outbox.pop_front() else {
             return;
@@ -720,6 +752,30 @@ impl DataPlane {
             return;
         };
         if connection.receiving || connection.closing || connection.stalled {
+            return;
+        }
+        if let Some(tls) = &mut connection.tls {
+            // Ciphertext goes to the session's own buffer; plaintext is taken out in `tls_step`.
+            let room = tls.receive_room();
+            if room.is_empty() {
+                return;
+            }
+            let (pointer, len) = (room.as_mut_ptr(), room.len());
+            connection.receiving = true;
+            let fd = connection.socket.as_raw_fd();
+            let token = self.tokens.insert(Token::Recv { connection: key });
+            // SAFETY: the session's buffer is never resized, and is compacted only while no
+            // receive is in flight (`tls_step` checks `receiving`).
+            unsafe {
+                self.driver.submit(
+                    token,
+                    Operation::Recv {
+                        fd,
+                        buffer: pointer,
+                        len_bytes: len as u32,
+                    },
+                )
+            };
             return;
         }
         let (pointer, len) = match &connection.payload {
@@ -913,6 +969,143 @@ impl DataPlane {
             self.close_connection(key, "virtual drive deleted");
         }
         self.vd_io.remove(name);
+    }
+
+    /// `NBD_OPT_STARTTLS` was acknowledged: what is queued (the acknowledgement) still goes out
+    /// in plaintext, what follows is TLS.
+    fn start_tls(&self, connection: &mut Connection) -> Result<(), String> {
+        let config = self.tls.clone().ok_or("TLS is not configured")?;
+        if connection.receiving {
+            // A plaintext receive into the inbox would land after the switch.
+            return Err("STARTTLS handled while a receive was in flight".into());
+        }
+        let mut session = TlsSession::new(config)?;
+        for outgoing in connection.outbox.drain(..) {
+            assert!(outgoing.data.is_none() && outgoing.tail.is_empty());
+            session.raw_before.extend_from_slice(&outgoing.head);
+        }
+        // A client sends its TLS hello only after the acknowledgement, but bytes it sent early
+        // are ciphertext all the same.
+        session.received_early(&connection.inbox[connection.start..connection.end])?;
+        connection.start = 0;
+        connection.end = 0;
+        connection.tls = Some(Box::new(session));
+        Ok(())
+    }
+
+    /// Moves bytes through a connection's TLS session: ciphertext received into rustls,
+    /// plaintext out into the write payload or the inbox, and tells the NBD handshake when the
+    /// TLS handshake is done. Nothing to do without TLS. Returns whether any bytes moved.
+    fn tls_step(&mut self, key: u64) -> Result<bool, String> {
+        let Some(connection) = self.connections.get_mut(key) else {
+            return Ok(false);
+        };
+        let Some(tls) = connection.tls.as_mut() else {
+            return Ok(false);
+        };
+        let mut moved = false;
+        if !connection.receiving {
+            moved |= tls.feed()?;
+        }
+        if !tls.announced && !tls.handshaking() {
+            if let Phase::Handshake(handshake) = &mut connection.phase {
+                handshake.tls_started();
+            }
+            tls.announced = true;
+            moved = true;
+        }
+        if !tls.announced {
+            return Ok(moved);
+        }
+        match (&mut connection.payload, &connection.phase) {
+            (Some(payload), Phase::Serving(serving)) => {
+                let pool = self
+                    .groups
+                    .get_mut(&serving.group)
+                    .expect("group of a payload")
+                    .engine
+                    .pool_mut();
+                let bytes = pool.slice_mut(payload.buffer);
+                let wanted = payload.request.length_bytes as usize;
+                let read = tls.read_plain(&mut bytes[payload.filled..wanted]);
+                payload.filled += read;
+                moved |= read > 0;
+            }
+            _ => {
+                if matches!(connection.phase, Phase::Serving(_))
+                    && connection.inbox.len() < INBOX_BYTES
+                {
+                    connection.inbox.resize(INBOX_BYTES, 0);
+                }
+                let end = connection.end;
+                let read = tls.read_plain(&mut connection.inbox[end..]);
+                connection.end += read;
+                moved |= read > 0;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Sends what is queued on a TLS connection: bytes from before the switch as they are,
+    /// then everything else sealed into TLS records (data copied out of the arena, whose
+    /// buffers are freed at once).
+    fn start_tls_send(&mut self, key: u64) {
+        let mut freed = Vec::new();
+        let Some(connection) = self.connections.get_mut(key) else {
+            return;
+        };
+        let Some(tls) = connection.tls.as_mut() else {
+            return;
+        };
+        let mut bytes = std::mem::take(&mut tls.raw_before);
+        let mut failed = None;
+        {
+            while let Some(outgoing) = connection.outbox.pop_front() {
+                let data: &[u8] = match outgoing.data {
+                    Some((group, buffer, len)) => {
+                        freed.push((group, buffer));
+                        let pool = self
+                            .groups
+                            .get(&group)
+                            .expect("group of a reply")
+                            .engine
+                            .pool();
+                        &pool.slice(buffer)[..len as usize]
+                    }
+                    None => &[],
+                };
+                match tls.seal(&[&outgoing.head, data, &outgoing.tail]) {
+                    Ok(sealed) => bytes.extend_from_slice(&sealed),
+                    Err(error) => failed = Some(error),
+                }
+            }
+        }
+        bytes.extend_from_slice(&tls.records());
+        let fd = connection.socket.as_raw_fd();
+        let sending = (!bytes.is_empty()).then(|| Outgoing {
+            head: bytes,
+            data: None,
+            tail: Vec::new(),
+        });
+        for (group, buffer) in freed {
+            self.free_buffer(Some(group), buffer);
+        }
+        if let Some(error) = failed {
+            log!("NBD connection closed: {error}");
+            self.close_connection(key, "TLS failed");
+            return;
+        }
+        let Some(outgoing) = sending else {
+            return;
+        };
+        let connection = self.connections.get_mut(key).expect("live connection");
+        let mut parts = SendParts::new();
+        parts.push(outgoing.head.as_ptr(), outgoing.head.len() as u32);
+        connection.sending = Some(outgoing);
+        let token = self.tokens.insert(Token::Send { connection: key });
+        // SAFETY: the head vector moves into `sending` without reallocating and nothing writes
+        // to it until `send_done`.
+        unsafe { self.driver.submit(token, Operation::Send { fd, parts }) };
     }
 
     /// NBD connections open.
