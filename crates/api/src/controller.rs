@@ -54,6 +54,13 @@ pub trait Controller: Send + Sync {
 
     /// `GET /v1/events?since=N`: the events with a sequence number above `since`, oldest first.
     fn events(&self, since: u64) -> Result<Vec<EventView>, ApiError>;
+
+    /// A request that may change something (any method but GET and HEAD) was answered with
+    /// `status`; `caller` says who sent it (`uid 0 (pid 812)`, or a TCP address). The daemon
+    /// records it in the event log.
+    fn audit(&self, caller: &str, method: &str, target: &str, status: u16) {
+        let _ = (caller, method, target, status);
+    }
     /// `GET /metrics`: Prometheus text exposition format.
     fn metrics(&self) -> Result<String, ApiError>;
 }

@@ -17,4 +17,4 @@ pub use client::{Client, ClientError};
 pub use controller::Controller;
 pub use model::*;
 pub use router::{Router, Scope};
-pub use server::{ApiServer, ServerConfig, ServerError, serve_connection};
+pub use server::{ApiServer, ServerConfig, ServerError, serve_connection, serve_connection_as};

@@ -212,6 +212,15 @@ impl Router {
         }
     }
 
+    /// Tells the controller who asked for a change, and how it ended.
+    pub fn audit(&self, caller: &str, method: &str, target: &str, status: u16) {
+        if !matches!(method, "GET" | "HEAD") {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                self.controller.audit(caller, method, target, status)
+            }));
+        }
+    }
+
     /// Answers one request. Never panics: a panic inside the controller is answered with
     /// `internal`.
     pub fn handle(&self, method: &str, target: &str, body: &[u8]) -> Response {

@@ -96,6 +96,16 @@ fn io_error(action: String) -> impl FnOnce(io::Error) -> ServerError {
 /// Serves HTTP requests from `stream` until the peer closes, asks to close, sends something
 /// malformed, or goes idle past the stream's timeouts. Never panics on input.
 pub fn serve_connection<S: Read + Write>(stream: S, router: &Router, limits: &Limits) {
+    serve_connection_as(stream, router, limits, "an unidentified client");
+}
+
+/// As `serve_connection`, for a client described by `caller` (for the audit of changes).
+pub fn serve_connection_as<S: Read + Write>(
+    stream: S,
+    router: &Router,
+    limits: &Limits,
+    caller: &str,
+) {
     let mut reader = BufReader::new(stream);
     loop {
         let head = match read_head(&mut reader, limits)
@@ -130,6 +140,7 @@ pub fn serve_connection<S: Read + Write>(stream: S, router: &Router, limits: &Li
             Err(error) => return refuse(reader.get_mut(), &error),
         };
         let response = router.handle(&head.method, &head.target, &body);
+        router.audit(caller, &head.method, &head.target, response.status);
         let keep_alive = head.keep_alive();
         if write_response(reader.get_mut(), &response, keep_alive).is_err() || !keep_alive {
             return;
@@ -168,6 +179,8 @@ trait Transport: Send + Sync + 'static {
     fn accept(&self) -> io::Result<Self::Stream>;
     /// Applies timeouts and returns a way to close the stream from another thread.
     fn prepare(stream: &Self::Stream, timeout: Duration) -> io::Result<Closer>;
+    /// Who is at the other end, for the audit of changes.
+    fn caller(stream: &Self::Stream) -> String;
     /// Makes a blocked `accept` return; false if it could not (the socket file was removed
     /// under the daemon, say), and the accept thread is then left behind, still blocked.
     fn wake(&self) -> bool;
@@ -183,6 +196,31 @@ impl Transport for UnixTransport {
 
     fn accept(&self) -> io::Result<UnixStream> {
         self.listener.accept().map(|(stream, _)| stream)
+    }
+
+    fn caller(stream: &UnixStream) -> String {
+        let mut credentials = libc::ucred {
+            pid: 0,
+            uid: 0,
+            gid: 0,
+        };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `credentials`, a properly sized
+        // and aligned ucred, for a socket the stream owns.
+        let result = unsafe {
+            libc::getsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(stream),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                (&mut credentials as *mut libc::ucred).cast(),
+                &mut len,
+            )
+        };
+        if result == 0 {
+            format!("uid {} (pid {})", credentials.uid, credentials.pid)
+        } else {
+            "a local client".to_string()
+        }
     }
 
     fn prepare(stream: &UnixStream, timeout: Duration) -> io::Result<Closer> {
@@ -208,6 +246,13 @@ impl Transport for TcpTransport {
 
     fn accept(&self) -> io::Result<TcpStream> {
         self.listener.accept().map(|(stream, _)| stream)
+    }
+
+    fn caller(stream: &TcpStream) -> String {
+        stream
+            .peer_addr()
+            .map(|address| address.to_string())
+            .unwrap_or_else(|_| "a TCP client".to_string())
     }
 
     fn prepare(stream: &TcpStream, timeout: Duration) -> io::Result<Closer> {
@@ -455,10 +500,11 @@ fn accept_loop<T: Transport>(
         let router = router.clone();
         let limits = config.limits.clone();
         let thread_connections = Arc::clone(connections);
+        let caller = T::caller(&stream);
         let spawned = std::thread::Builder::new()
             .name("api-conn".to_string())
             .spawn(move || {
-                serve_connection(stream, &router, &limits);
+                serve_connection_as(stream, &router, &limits, &caller);
                 thread_connections.unregister(id);
             });
         if spawned.is_err() {

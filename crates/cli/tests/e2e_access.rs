@@ -173,6 +173,14 @@ fn access_rules_admit_refuse_and_limit_writers() {
             .any(|event| event["kind"] == "vd_access_changed"),
         "no event for the access change"
     );
+    // Every change through the API is in the event log with who asked for it.
+    let who = format!("PATCH /v1/vds/guarded by uid {}", my_uid());
+    assert!(
+        events.as_array().unwrap().iter().any(|event| {
+            event["kind"] == "api_request" && event["message"].as_str().unwrap().starts_with(&who)
+        }),
+        "no audit event naming the caller: {events:#}"
+    );
 
     // The rules live in the superblock: they are back after a restart.
     daemon.restart();

@@ -277,6 +277,20 @@ impl Controller for Control {
         self.call(move |plane| plane.events.since(since))
     }
 
+    fn audit(&self, caller: &str, method: &str, target: &str, status: u16) {
+        let message = format!("{method} {target} by {caller}: {status}");
+        let refused = status >= 400;
+        let _ = self.call(move |plane| {
+            if refused {
+                plane
+                    .events
+                    .push_warning("api_request", message, None, None);
+            } else {
+                plane.events.push_info("api_request", message, None, None);
+            }
+        });
+    }
+
     fn metrics(&self) -> Result<String, ApiError> {
         self.call(|plane| plane.metrics_text())
     }
