@@ -61,6 +61,18 @@ pub enum Command {
     Bench(BenchCommand),
     /// Run the daemon in the foreground (logs to stderr; stops cleanly on SIGTERM or SIGINT).
     Serve(ServeArgs),
+    /// Print a shell completion script (e.g. `tessera completions bash > /etc/bash_completion.d/tessera`).
+    Completions {
+        /// The shell.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), or write one page per command into a directory.
+    Man {
+        /// Write tessera.1, tessera-pd.1, tessera-pd-add.1, ... into this directory.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// `--json`.

@@ -3,6 +3,7 @@
 mod bench;
 mod dg;
 mod events;
+mod manual;
 mod pd;
 mod serve;
 mod vd;
@@ -123,5 +124,14 @@ pub fn execute(cli: Cli, out: &mut dyn Write) -> Result<ExitCode, Failure> {
         Command::Events(args) => events::run(&mut context, args),
         Command::Bench(command) => bench::run(&mut context, command),
         Command::Serve(args) => serve::run(cli.api_socket, args),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            // Into memory first: the generator panics on a write error (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "tessera", &mut script);
+            context.out.write_all(&script)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir } => manual::run(&mut context, dir),
     }
 }
