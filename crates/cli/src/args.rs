@@ -382,6 +382,14 @@ impl ParityEngine {
 /// `tessera serve`. The management socket is the global `--api-socket`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// Read settings from this TOML file (default: /etc/tessera/tessera.toml when it exists);
+    /// options on the command line (or in the environment) win over the file.
+    #[arg(long, value_name = "FILE", env = "TESSERA_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The options given on the command line or in the environment (filled in by `parse`), so
+    /// that the configuration file does not override them.
+    #[arg(skip)]
+    pub explicit: Vec<String>,
     /// Directory for the daemon's small state (the member paths to probe at start).
     #[arg(long, value_name = "DIR", env = "TESSERA_STATE_DIR", default_value = DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,

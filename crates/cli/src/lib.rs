@@ -16,8 +16,9 @@ pub mod values;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::Parser;
 use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 
 pub use args::Cli;
 pub use commands::{Failure, execute};
@@ -37,10 +38,38 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    Cli::try_parse_from(args).map_err(|error| match error.kind() {
+    let refuse = |error: clap::Error| match error.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => NotRun::Help(error),
         _ => NotRun::Usage(usage::one_line(&error)),
-    })
+    };
+    let matches = Cli::command().try_get_matches_from(args).map_err(refuse)?;
+    let mut cli = Cli::from_arg_matches(&matches).map_err(refuse)?;
+    if let (args::Command::Serve(serve), Some(("serve", serve_matches))) =
+        (&mut cli.command, matches.subcommand())
+    {
+        serve.explicit = explicit_options(&matches, serve_matches);
+    }
+    Ok(cli)
+}
+
+/// The ids of the options the user set for `serve`, on the command line or through the
+/// environment (not clap's defaults).
+fn explicit_options(top: &clap::ArgMatches, serve: &clap::ArgMatches) -> Vec<String> {
+    let given = |matches: &clap::ArgMatches, id: &str| {
+        matches!(
+            matches.value_source(id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        )
+    };
+    let mut explicit: Vec<String> = serve
+        .ids()
+        .map(|id| id.as_str().to_string())
+        .filter(|id| given(serve, id))
+        .collect();
+    if given(top, "api_socket") {
+        explicit.push("api_socket".to_string());
+    }
+    explicit
 }
 
 /// Runs the command line and returns the process exit status.

@@ -211,7 +211,7 @@ fn serve_options_come_from_flags_then_environment_then_defaults() {
     let Command::Serve(args) = cli.command else {
         panic!("not serve");
     };
-    let options = tessera_cli::commands::serve_options(cli.api_socket, args);
+    let options = tessera_cli::commands::serve_options(cli.api_socket, args).expect("options");
     assert_eq!(options.state_dir, PathBuf::from("/s"));
     assert_eq!(options.api_socket, PathBuf::from("/a.sock"));
     assert_eq!(options.nbd_socket, PathBuf::from("/n.sock"));
@@ -331,7 +331,7 @@ fn wrong_input_is_one_line_naming_the_problem() {
         ),
         (
             "",
-            "`tessera` needs a command: pd, dg, vd, info, events, bench, serve (see `tessera --help`)",
+            "`tessera` needs a command: pd, dg, vd, info, events, bench, serve, completions, man (see `tessera --help`)",
         ),
         (
             "vd create 0 --size 12Q",
@@ -457,7 +457,7 @@ fn wrong_input_exits_2_without_contacting_the_daemon() {
         ),
         (
             &["nonsense"][..],
-            "tessera: unknown command 'nonsense' for `tessera` (commands: pd, dg, vd, info, events, bench, serve)",
+            "tessera: unknown command 'nonsense' for `tessera` (commands: pd, dg, vd, info, events, bench, serve, completions, man)",
         ),
     ] {
         let line = tessera(&socket, args).fails(2);

@@ -1,30 +1,112 @@
-//! `tessera serve`: hands the options to the daemon.
+//! `tessera serve`: the daemon's options from the command line, the environment and the
+//! configuration file (in that order of precedence), handed to the daemon.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use serde::Deserialize;
 use tessera_daemon::ServeOptions;
 
 use super::Failure;
 use crate::args::ServeArgs;
+use crate::values;
 
-/// The daemon's options from the command line (and environment, through clap).
-pub fn options(api_socket: PathBuf, args: ServeArgs) -> ServeOptions {
-    ServeOptions {
-        state_dir: args.state_dir,
-        api_socket,
-        nbd_socket: args.nbd_socket,
-        nbd_listen: args.nbd_listen,
-        parity_engine: args.parity_engine.name().to_string(),
-        http_listen: args.http_listen,
-        tls_cert: args.tls_cert,
-        tls_key: args.tls_key,
-        tls_client_ca: args.tls_client_ca,
+/// Read when `--config` is not given, if it exists.
+pub const DEFAULT_CONFIG: &str = "/etc/tessera/tessera.toml";
+
+/// The configuration file: every key is a `tessera serve` option (packaging/tessera.toml
+/// documents them). Unknown keys are refused, so a misspelt setting is an error, not a no-op.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    state_dir: Option<PathBuf>,
+    api_socket: Option<PathBuf>,
+    nbd_socket: Option<PathBuf>,
+    nbd_listen: Option<String>,
+    http_listen: Option<String>,
+    parity_engine: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+}
+
+fn load(path: &Path) -> Result<ConfigFile, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| Failure::Usage(format!("config {}: {error}", path.display())))?;
+    let file: ConfigFile = toml::from_str(&text).map_err(|error| {
+        Failure::Usage(format!(
+            "config {}: {}",
+            path.display(),
+            error.message().trim()
+        ))
+    })?;
+    let bad = |key: &str, error: String| {
+        Failure::Usage(format!("config {}: {key}: {error}", path.display()))
+    };
+    for (key, address) in [
+        ("nbd_listen", &file.nbd_listen),
+        ("http_listen", &file.http_listen),
+    ] {
+        if let Some(address) = address {
+            values::listen_address(address).map_err(|error| bad(key, error))?;
+        }
     }
+    if let Some(engine) = &file.parity_engine
+        && !matches!(engine.as_str(), "cpu" | "gpu" | "auto")
+    {
+        return Err(bad(
+            "parity_engine",
+            format!("{engine:?} is not one of: cpu, gpu, auto"),
+        ));
+    }
+    Ok(file)
+}
+
+/// The daemon's options: a setting given on the command line or in the environment wins,
+/// then the configuration file, then the built-in default.
+pub fn options(api_socket: PathBuf, args: ServeArgs) -> Result<ServeOptions, Failure> {
+    let path = args.config.clone().or_else(|| {
+        Path::new(DEFAULT_CONFIG)
+            .exists()
+            .then(|| DEFAULT_CONFIG.into())
+    });
+    let file = match &path {
+        Some(path) => load(path)?,
+        None => ConfigFile::default(),
+    };
+    let explicit = |id: &str| args.explicit.iter().any(|given| given == id);
+    fn pick<T>(explicit: bool, flag: T, file: Option<T>) -> T {
+        match file {
+            Some(value) if !explicit => value,
+            _ => flag,
+        }
+    }
+    fn pick_optional<T>(explicit: bool, flag: Option<T>, file: Option<T>) -> Option<T> {
+        if explicit { flag } else { file.or(flag) }
+    }
+    Ok(ServeOptions {
+        state_dir: pick(explicit("state_dir"), args.state_dir, file.state_dir),
+        api_socket: pick(explicit("api_socket"), api_socket, file.api_socket),
+        nbd_socket: pick(explicit("nbd_socket"), args.nbd_socket, file.nbd_socket),
+        nbd_listen: pick_optional(explicit("nbd_listen"), args.nbd_listen, file.nbd_listen),
+        parity_engine: pick(
+            explicit("parity_engine"),
+            args.parity_engine.name().to_string(),
+            file.parity_engine,
+        ),
+        http_listen: pick_optional(explicit("http_listen"), args.http_listen, file.http_listen),
+        tls_cert: pick_optional(explicit("tls_cert"), args.tls_cert, file.tls_cert),
+        tls_key: pick_optional(explicit("tls_key"), args.tls_key, file.tls_key),
+        tls_client_ca: pick_optional(
+            explicit("tls_client_ca"),
+            args.tls_client_ca,
+            file.tls_client_ca,
+        ),
+    })
 }
 
 pub fn run(api_socket: PathBuf, args: ServeArgs) -> Result<ExitCode, Failure> {
-    tessera_daemon::serve(options(api_socket, args))
+    tessera_daemon::serve(options(api_socket, args)?)
         .map_err(|message| Failure::Other(format!("serve: {message}")))?;
     Ok(ExitCode::SUCCESS)
 }
