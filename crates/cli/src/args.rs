@@ -427,6 +427,20 @@ pub struct ServeArgs {
         requires = "tls_cert"
     )]
     pub tls_key: Option<PathBuf>,
+    /// Run this command (through /bin/sh -c) for every event at or above
+    /// --event-hook-severity: the event as one JSON line on its standard input, and in
+    /// TESSERA_EVENT_SEQ, _KIND, _SEVERITY and _MESSAGE (for mail or paging).
+    #[arg(long, value_name = "COMMAND", env = "TESSERA_EVENT_HOOK")]
+    pub event_hook: Option<String>,
+    /// The least severity handed to the event hook: info, warning, error or critical.
+    #[arg(
+        long,
+        value_name = "LEVEL",
+        env = "TESSERA_EVENT_HOOK_SEVERITY",
+        default_value = "warning",
+        value_parser = values::severity
+    )]
+    pub event_hook_severity: String,
     /// Verify client certificates against these CAs (PEM) when clients present one.
     #[arg(
         long,

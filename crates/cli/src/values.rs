@@ -143,6 +143,16 @@ pub fn access_rule(text: &str) -> Result<String, String> {
         .map(|rule| rule.to_string())
 }
 
+/// An event severity name.
+pub fn severity(text: &str) -> Result<String, String> {
+    match text {
+        "info" | "warning" | "error" | "critical" => Ok(text.to_string()),
+        other => Err(format!(
+            "{other:?} is not one of: info, warning, error, critical"
+        )),
+    }
+}
+
 /// `on` or `off`.
 pub fn on_off(text: &str) -> Result<bool, String> {
     match text {

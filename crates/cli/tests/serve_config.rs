@@ -120,6 +120,8 @@ fn the_shipped_file_yields_the_defaults_and_documents_every_key() {
         "tls_cert",
         "tls_key",
         "tls_client_ca",
+        "event_hook",
+        "event_hook_severity",
     ] {
         assert!(keys.contains(&key), "{key} is not in the shipped file");
     }

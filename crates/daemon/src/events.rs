@@ -8,6 +8,8 @@ pub struct EventLog {
     ring: VecDeque<EventView>,
     capacity: usize,
     next_seq: u64,
+    /// The command hook, if one is configured.
+    hook: Option<crate::hook::EventHook>,
 }
 
 impl EventLog {
@@ -16,7 +18,13 @@ impl EventLog {
             ring: VecDeque::with_capacity(capacity),
             capacity,
             next_seq: 1,
+            hook: None,
         }
+    }
+
+    /// Hands every event from now on (at or above its severity) to a command hook.
+    pub fn set_hook(&mut self, hook: crate::hook::EventHook) {
+        self.hook = Some(hook);
     }
 
     pub fn push(
@@ -34,7 +42,7 @@ impl EventLog {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        self.ring.push_back(EventView {
+        let event = EventView {
             seq: self.next_seq,
             time_unix_ms,
             severity,
@@ -43,7 +51,11 @@ impl EventLog {
             dg,
             pd,
             vd: None,
-        });
+        };
+        if let Some(hook) = &mut self.hook {
+            hook.offer(&event);
+        }
+        self.ring.push_back(event);
         self.next_seq += 1;
     }
 

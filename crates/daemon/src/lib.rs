@@ -7,6 +7,7 @@ mod compute;
 mod control;
 mod devices;
 mod events;
+mod hook;
 mod metrics;
 mod plane;
 mod state;
@@ -53,6 +54,10 @@ pub struct ServeOptions {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub tls_client_ca: Option<PathBuf>,
+    /// A command run (through `/bin/sh -c`) for every event at or above
+    /// `event_hook_severity` (`info`, `warning`, `error`, `critical`).
+    pub event_hook: Option<String>,
+    pub event_hook_severity: String,
 }
 
 /// Blocks SIGTERM and SIGINT in every thread and returns a signalfd that reports them, so the

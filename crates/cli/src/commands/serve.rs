@@ -28,6 +28,8 @@ struct ConfigFile {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
+    event_hook: Option<String>,
+    event_hook_severity: Option<String>,
 }
 
 fn load(path: &Path) -> Result<ConfigFile, Failure> {
@@ -50,6 +52,9 @@ fn load(path: &Path) -> Result<ConfigFile, Failure> {
         if let Some(address) = address {
             values::listen_address(address).map_err(|error| bad(key, error))?;
         }
+    }
+    if let Some(severity) = &file.event_hook_severity {
+        values::severity(severity).map_err(|error| bad("event_hook_severity", error))?;
     }
     if let Some(engine) = &file.parity_engine
         && !matches!(engine.as_str(), "cpu" | "gpu" | "auto")
@@ -101,6 +106,12 @@ pub fn options(api_socket: PathBuf, args: ServeArgs) -> Result<ServeOptions, Fai
             explicit("tls_client_ca"),
             args.tls_client_ca,
             file.tls_client_ca,
+        ),
+        event_hook: pick_optional(explicit("event_hook"), args.event_hook, file.event_hook),
+        event_hook_severity: pick(
+            explicit("event_hook_severity"),
+            args.event_hook_severity,
+            file.event_hook_severity,
         ),
     })
 }

@@ -278,6 +278,11 @@ impl DataPlane {
         if let Some(address) = &options.nbd_listen {
             listeners.push(Listener::tcp(address)?);
         }
+        let mut events = EventLog::new(4096);
+        if let Some(command) = &options.event_hook {
+            let minimum = crate::hook::parse_severity(&options.event_hook_severity)?;
+            events.set_hook(crate::hook::EventHook::start(command.clone(), minimum)?);
+        }
         let mut plane = DataPlane {
             options,
             parity,
@@ -292,7 +297,7 @@ impl DataPlane {
             calls,
             wake: wake.clone(),
             signal_fd,
-            events: EventLog::new(4096),
+            events,
             state,
             started: Instant::now(),
             stopping: false,
