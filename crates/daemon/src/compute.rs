@@ -100,10 +100,23 @@ pub(crate) struct EngineFigures {
     pub fallbacks: u64,
 }
 
-/// The data plane's side of the worker.
+/// The data plane's side of the worker. Dropping it waits for the thread: a process that
+/// exits while a GPU driver is still being loaded or calibrated can abort inside the driver
+/// (Mesa's LLVM does), so the daemon never exits with the worker running.
 pub(crate) struct ParityWorker {
-    batches: mpsc::Sender<Vec<RawJob>>,
+    batches: Option<mpsc::Sender<Vec<RawJob>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
     pub figures: Arc<Mutex<EngineFigures>>,
+}
+
+impl Drop for ParityWorker {
+    fn drop(&mut self) {
+        // Closing the queue ends the worker's loop once calibration is done.
+        self.batches.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl ParityWorker {
@@ -117,16 +130,23 @@ impl ParityWorker {
         let (batches, receiver) = mpsc::channel();
         let figures = Arc::new(Mutex::new(EngineFigures::default()));
         let shared = figures.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("tessera-parity".into())
             .spawn(move || run(mode, cpu, receiver, shared, plane))
             .map_err(|error| format!("cannot start the parity worker: {error}"))?;
-        Ok(ParityWorker { batches, figures })
+        Ok(ParityWorker {
+            batches: Some(batches),
+            thread: Some(thread),
+            figures,
+        })
     }
 
     /// Hands a batch to the worker; gives it back if the worker is gone.
     pub fn submit(&self, jobs: Vec<RawJob>) -> Result<(), Vec<RawJob>> {
-        self.batches.send(jobs).map_err(|error| error.0)
+        match &self.batches {
+            Some(batches) => batches.send(jobs).map_err(|error| error.0),
+            None => Err(jobs),
+        }
     }
 }
 
