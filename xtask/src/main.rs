@@ -6,6 +6,7 @@
 //! - `fuzz list | fuzz run TARGET --seconds N | fuzz all --seconds N` runs the cargo-fuzz
 //!   targets (docs/fuzzing.md).
 //! - `bench [--quick] ...` runs the end-to-end benchmark suite (docs/benchmarks.md).
+//! - `deb` builds the Debian package (`scripts/package-deb.sh`, docs/operations.md).
 
 use std::process::{Command, ExitCode};
 
@@ -24,6 +25,7 @@ fn main() -> ExitCode {
         Some("vm") => vm::main(&args[1..]),
         Some("fuzz") => fuzz::main(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
+        Some("deb") => run("scripts/package-deb.sh", &[], &args[1..]),
         _ => {
             eprintln!("usage: cargo xtask sim (--seeds N [--from S] | --seed S)");
             eprintln!("       cargo xtask vm (build | run) ... (see docs/vm.md)");
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
                 "       cargo xtask fuzz (list | run TARGET | all) [--seconds N] (see docs/fuzzing.md)"
             );
             eprintln!("       cargo xtask bench [--quick] ... (see docs/benchmarks.md)");
+            eprintln!("       cargo xtask deb (see docs/operations.md)");
             ExitCode::from(2)
         }
     }
