@@ -9,6 +9,7 @@ pub mod client;
 pub mod controller;
 pub mod http;
 pub mod model;
+pub mod peer;
 pub mod router;
 pub mod server;
 pub mod testing;

@@ -199,27 +199,9 @@ impl Transport for UnixTransport {
     }
 
     fn caller(stream: &UnixStream) -> String {
-        let mut credentials = libc::ucred {
-            pid: 0,
-            uid: 0,
-            gid: 0,
-        };
-        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-        // SAFETY: getsockopt writes at most `len` bytes into `credentials`, a properly sized
-        // and aligned ucred, for a socket the stream owns.
-        let result = unsafe {
-            libc::getsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(stream),
-                libc::SOL_SOCKET,
-                libc::SO_PEERCRED,
-                (&mut credentials as *mut libc::ucred).cast(),
-                &mut len,
-            )
-        };
-        if result == 0 {
-            format!("uid {} (pid {})", credentials.uid, credentials.pid)
-        } else {
-            "a local client".to_string()
+        match crate::peer::credentials(std::os::fd::AsRawFd::as_raw_fd(stream)) {
+            Some(peer) => format!("uid {} (pid {})", peer.uid, peer.pid),
+            None => "a local client".to_string(),
         }
     }
 

@@ -3,7 +3,7 @@
 //! revocation closing connections, and the rules kept across a restart.
 
 mod daemon;
-use daemon::{Daemon, have};
+use daemon::{Daemon, have, nbdinfo_opens};
 use tessera_nbd::proto::TransmissionFlags;
 use tessera_nbd::{Client, ClientError};
 
@@ -25,16 +25,6 @@ fn flags(client: &Client) -> TransmissionFlags {
 
 fn is_read_only(client: &Client) -> bool {
     flags(client).0 & TransmissionFlags::READ_ONLY.0 != 0
-}
-
-/// `nbdinfo URI`: whether a real client may open the export.
-fn nbdinfo_opens(uri: &str) -> bool {
-    std::process::Command::new("nbdinfo")
-        .arg(uri)
-        .output()
-        .expect("nbdinfo")
-        .status
-        .success()
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! certificates against the configured CA when clients present one.
 
 mod daemon;
-use daemon::{Daemon, have};
+use daemon::{Daemon, have, nbdinfo_opens};
 use std::path::Path;
 use std::process::Command;
 use tessera_nbd::{Client, ClientError};
@@ -85,16 +85,6 @@ fn sign(dir: &Path, name: &str, subject: &str, extensions: &str) {
     );
 }
 
-/// Whether `nbdinfo URI` succeeds.
-fn nbdinfo_ok(uri: &str) -> bool {
-    Command::new("nbdinfo")
-        .arg(uri)
-        .output()
-        .expect("nbdinfo")
-        .status
-        .success()
-}
-
 #[test]
 fn tls_required_drives_serve_real_clients_over_starttls_only() {
     for tool in ["openssl", "nbdinfo", "nbdcopy", "qemu-io"] {
@@ -164,10 +154,10 @@ fn tls_required_drives_serve_real_clients_over_starttls_only() {
         other => panic!("plaintext client let in: {:?}", other.map(|_| ())),
     }
     assert!(
-        !nbdinfo_ok(&daemon.uri("secret")),
+        !nbdinfo_opens(&daemon.uri("secret")),
         "nbdinfo read a TLS-only drive in plaintext"
     );
-    assert!(nbdinfo_ok(&daemon.uri("plain")));
+    assert!(nbdinfo_opens(&daemon.uri("plain")));
 
     // Over TLS, trusting the server's CA (libnbd reads ca-cert.pem, and client-cert.pem /
     // client-key.pem when present, from tls-certificates).
@@ -181,7 +171,7 @@ fn tls_required_drives_serve_real_clients_over_starttls_only() {
     std::fs::create_dir_all(&client_dir).unwrap();
     std::fs::copy(trusted.join("ca-cert.pem"), client_dir.join("ca-cert.pem")).unwrap();
     assert!(
-        nbdinfo_ok(&tls_uri("secret", &client_dir)),
+        nbdinfo_opens(&tls_uri("secret", &client_dir)),
         "nbdinfo over TLS refused"
     );
 
@@ -333,9 +323,9 @@ fn a_daemon_without_a_certificate_refuses_starttls() {
     let daemon = Daemon::start();
     daemon.group_with_vd("5", 3, 64 << 20, "plain", 8 << 20);
     let socket = daemon.nbd_socket().display().to_string();
-    assert!(nbdinfo_ok(&daemon.uri("plain")));
+    assert!(nbdinfo_opens(&daemon.uri("plain")));
     // nbds:// insists on TLS; the daemon answers STARTTLS with NBD_REP_ERR_POLICY.
-    assert!(!nbdinfo_ok(&format!(
+    assert!(!nbdinfo_opens(&format!(
         "nbds+unix:///plain?socket={socket}&tls-verify-peer=false"
     )));
 }

@@ -339,3 +339,14 @@ pub fn fio_verify(uri: &str, size: &str, extra: &[&str], output_dir: &Path) {
         "fio verified nothing"
     );
 }
+
+/// Whether `nbdinfo URI` opens the export (a real client's view of access and TLS rules).
+#[allow(dead_code)]
+pub fn nbdinfo_opens(uri: &str) -> bool {
+    Command::new("nbdinfo")
+        .arg(uri)
+        .output()
+        .expect("nbdinfo")
+        .status
+        .success()
+}

@@ -754,32 +754,16 @@ impl DataPlane {
         if connection.receiving || connection.closing || connection.stalled {
             return;
         }
-        if let Some(tls) = &mut connection.tls {
-            // Ciphertext goes to the session's own buffer; plaintext is taken out in `tls_step`.
-            let room = tls.receive_room();
-            if room.is_empty() {
-                return;
+        let (pointer, len) = match (&mut connection.tls, &connection.payload) {
+            (Some(tls), _) => {
+                // Ciphertext goes to the session's own buffer; `tls_step` takes plaintext out.
+                let room = tls.receive_room();
+                if room.is_empty() {
+                    return;
+                }
+                (room.as_mut_ptr(), room.len())
             }
-            let (pointer, len) = (room.as_mut_ptr(), room.len());
-            connection.receiving = true;
-            let fd = connection.socket.as_raw_fd();
-            let token = self.tokens.insert(Token::Recv { connection: key });
-            // SAFETY: the session's buffer is never resized, and is compacted only while no
-            // receive is in flight (`tls_step` checks `receiving`).
-            unsafe {
-                self.driver.submit(
-                    token,
-                    Operation::Recv {
-                        fd,
-                        buffer: pointer,
-                        len_bytes: len as u32,
-                    },
-                )
-            };
-            return;
-        }
-        let (pointer, len) = match &connection.payload {
-            Some(payload) => {
+            (None, Some(payload)) => {
                 let remaining = payload.request.length_bytes as usize - payload.filled;
                 if remaining == 0 {
                     return;
@@ -795,7 +779,7 @@ impl DataPlane {
                     remaining,
                 )
             }
-            None => {
+            (None, None) => {
                 if matches!(connection.phase, Phase::Serving(_))
                     && connection.inbox.len() < INBOX_BYTES
                 {
@@ -818,8 +802,9 @@ impl DataPlane {
         let fd = connection.socket.as_raw_fd();
         let token = self.tokens.insert(Token::Recv { connection: key });
         // SAFETY: the inbox is only resized (above) and compacted while no receive is in
-        // flight; a payload buffer stays allocated until the write is submitted, which happens
-        // only after this receive completes.
+        // flight; a TLS session's buffer is never resized and `tls_step` compacts it only when
+        // no receive is in flight; a payload buffer stays allocated until the write is
+        // submitted, which happens only after this receive completes.
         unsafe {
             self.driver.submit(
                 token,
