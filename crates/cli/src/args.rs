@@ -259,7 +259,8 @@ pub enum VdCommand {
         #[arg(long, value_name = "ALGORITHM", requires = "thin", value_parser = values::compression)]
         compression: Option<Compression>,
         /// Only these clients may connect (repeatable; any match admits): uid:N or gid:N for
-        /// the NBD Unix socket, net:ADDRESS/PREFIX for TCP. Default: every client.
+        /// the NBD Unix socket, net:ADDRESS/PREFIX for TCP, tls:NAME for a TLS client
+        /// certificate valid for NAME. Default: every client.
         #[arg(long = "allow", value_name = "RULE", value_parser = values::access_rule)]
         allow: Vec<String>,
         /// Export the drive read-only.
@@ -282,7 +283,8 @@ pub enum VdCommand {
         /// The drive's name.
         #[arg(value_name = "NAME", value_parser = values::name)]
         name: String,
-        /// Replace the access rules with these (repeatable): uid:N, gid:N, net:ADDRESS/PREFIX.
+        /// Replace the access rules with these (repeatable): uid:N, gid:N, net:ADDRESS/PREFIX,
+        /// tls:NAME.
         #[arg(long = "allow", value_name = "RULE", value_parser = values::access_rule,
               conflicts_with = "allow_any")]
         allow: Vec<String>,

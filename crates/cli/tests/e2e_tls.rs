@@ -107,7 +107,7 @@ fn tls_required_drives_serve_real_clients_over_starttls_only() {
         &trusted,
         "client",
         "/CN=backup-host",
-        "extendedKeyUsage=clientAuth\n",
+        "subjectAltName=DNS:backup-host\nextendedKeyUsage=clientAuth\n",
     );
     make_ca(&stranger, "/CN=Someone else");
     sign(
@@ -297,6 +297,50 @@ fn tls_required_drives_serve_real_clients_over_starttls_only() {
         !intruder.status.success(),
         "a client certificate from an unknown CA was accepted: {}",
         String::from_utf8_lossy(&intruder.stdout)
+    );
+
+    // A drive for one client certificate only: `tls:NAME` matches a verified certificate valid
+    // for NAME. Without a certificate (nbdinfo with only the CA) or in plaintext: refused.
+    daemon.ok(&[
+        "vd",
+        "create",
+        "0",
+        "--size",
+        "4M",
+        "--name",
+        "backup",
+        "--allow",
+        "tls:backup-host",
+    ]);
+    let ca_only = keys.path().join("ca-only");
+    std::fs::create_dir_all(&ca_only).unwrap();
+    std::fs::copy(trusted.join("ca-cert.pem"), ca_only.join("ca-cert.pem")).unwrap();
+    assert!(
+        !nbdinfo_opens(&tls_uri("backup", &ca_only)),
+        "no certificate, yet admitted"
+    );
+    assert!(
+        !nbdinfo_opens(&daemon.uri("backup")),
+        "plaintext admitted by a TLS rule"
+    );
+    let backup_image = image.replace("export=secret", "export=backup");
+    let named = Command::new("qemu-img")
+        .args([
+            "info",
+            "--object",
+            &format!(
+                "tls-creds-x509,id=tls0,endpoint=client,dir={}",
+                client_dir.display()
+            ),
+            "--image-opts",
+            &backup_image,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        named.status.success(),
+        "the client certificate for backup-host was refused: {}",
+        String::from_utf8_lossy(&named.stderr)
     );
 
     // The data written over TLS reads back over TLS after all this.

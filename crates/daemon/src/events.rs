@@ -99,4 +99,25 @@ mod tests {
         assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4, 5]);
         assert_eq!(log.since(4).len(), 1);
     }
+
+    #[test]
+    fn a_stuck_event_hook_never_holds_up_push() {
+        let mut log = EventLog::new(100);
+        // The hook's first run hangs for longer than the pushes take: the queue fills at once.
+        // (`exec` and the redirection: no process outlives it holding the test's stderr.)
+        let hook = "exec sleep 5 2>/dev/null".to_string();
+        log.set_hook(crate::hook::EventHook::start(hook, Severity::Info).unwrap());
+        let started = std::time::Instant::now();
+        for n in 0..5000 {
+            log.push_critical("test", format!("event {n}"), None, None);
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "5000 pushes took {:?}",
+            started.elapsed()
+        );
+        // The event log itself lost nothing it keeps.
+        assert_eq!(log.since(0).len(), 100);
+        assert_eq!(log.since(0).last().map(|event| event.seq), Some(5000));
+    }
 }

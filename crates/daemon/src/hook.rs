@@ -6,7 +6,8 @@
 
 use crate::log;
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use tessera_api::model::{EventView, Severity};
@@ -26,12 +27,21 @@ pub(crate) struct EventHook {
 impl EventHook {
     /// Starts the thread that runs `command` for every event of `minimum` severity or more.
     pub fn start(command: String, minimum: Severity) -> Result<EventHook, String> {
+        EventHook::start_with_timeout(command, minimum, HOOK_TIMEOUT)
+    }
+
+    /// `start`, with the time a hook may run before it is killed.
+    fn start_with_timeout(
+        command: String,
+        minimum: Severity,
+        timeout: Duration,
+    ) -> Result<EventHook, String> {
         let (queue, events) = mpsc::sync_channel(QUEUE_EVENTS);
         std::thread::Builder::new()
             .name("tessera-hook".into())
             .spawn(move || {
                 for event in events {
-                    run_hook(&command, &event);
+                    run_hook(&command, &event, timeout);
                 }
             })
             .map_err(|error| format!("cannot start the event hook: {error}"))?;
@@ -59,18 +69,28 @@ impl EventHook {
     }
 }
 
-/// Runs the hook for one event and waits for it (at most `HOOK_TIMEOUT`).
-fn run_hook(command: &str, event: &EventView) {
-    let line = serde_json::to_string(event).unwrap_or_default() + "\n";
+/// Runs the hook for one event and waits for it (at most `timeout`).
+fn run_hook(command: &str, event: &EventView, timeout: Duration) {
+    let line = match serde_json::to_string(event) {
+        Ok(json) => json + "\n",
+        Err(error) => {
+            log!("event hook: cannot encode event {}: {error}", event.seq);
+            return;
+        }
+    };
     let spawned = Command::new("/bin/sh")
         .arg("-c")
         .arg(command)
         .env("TESSERA_EVENT_SEQ", event.seq.to_string())
         .env("TESSERA_EVENT_KIND", &event.kind)
-        .env("TESSERA_EVENT_SEVERITY", severity_name(event.severity))
+        .env("TESSERA_EVENT_SEVERITY", event.severity.name())
         .env("TESSERA_EVENT_MESSAGE", &event.message)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
+        // A group of its own, so that a hook over its time is killed with everything it
+        // started (`sh -c "mail ...; sleep"` leaves children behind a killed shell). Standard
+        // error stays the daemon's, so what a hook complains about lands in the daemon's log.
+        .process_group(0)
         .spawn();
     let mut child = match spawned {
         Ok(child) => child,
@@ -80,7 +100,8 @@ fn run_hook(command: &str, event: &EventView) {
         }
     };
     if let Some(mut stdin) = child.stdin.take() {
-        // A hook that does not read its input is not an error.
+        // One event is a few hundred bytes, far below a pipe's buffer, so this never waits
+        // for the hook. A hook that does not read its input is not an error.
         let _ = stdin.write_all(line.as_bytes());
     }
     let started = Instant::now();
@@ -94,12 +115,11 @@ fn run_hook(command: &str, event: &EventView) {
                 );
                 return;
             }
-            Ok(None) if started.elapsed() > HOOK_TIMEOUT => {
-                let _ = child.kill();
-                let _ = child.wait();
+            Ok(None) if started.elapsed() > timeout => {
+                kill_group(&mut child);
                 log!(
-                    "event hook {command:?} killed after {} s (event {})",
-                    HOOK_TIMEOUT.as_secs(),
+                    "event hook {command:?} killed after {:.1} s (event {})",
+                    timeout.as_secs_f64(),
                     event.seq
                 );
                 return;
@@ -107,20 +127,22 @@ fn run_hook(command: &str, event: &EventView) {
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(error) => {
                 log!("event hook {command:?}: {error}");
+                kill_group(&mut child);
                 return;
             }
         }
     }
 }
 
-fn severity_name(severity: Severity) -> &'static str {
-    match severity {
-        Severity::Info => "info",
-        Severity::Warning => "warning",
-        Severity::Error => "error",
-        Severity::Critical => "critical",
-        Severity::Unknown => "unknown",
+/// Kills a hook and every process in its group, and reaps it.
+fn kill_group(child: &mut Child) {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill(2) on the process group the hook leads (it was spawned with
+        // `process_group(0)` and is not yet reaped, so the id is still its own).
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
     }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// The severity named `text` (`info`, `warning`, `error`, `critical`).
@@ -157,9 +179,10 @@ mod tests {
     fn a_stuck_hook_never_blocks_and_only_matching_events_reach_it() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("seen");
-        // The first event's hook hangs (it is killed after the timeout); the queue fills up.
+        // The first event's hook hangs for longer than the offers take; the queue fills up.
         let command = format!(
-            "cat >> {}; echo \"$TESSERA_EVENT_SEVERITY $TESSERA_EVENT_KIND\" >> {}; sleep 30",
+            "cat >> {}; echo \"$TESSERA_EVENT_SEVERITY $TESSERA_EVENT_KIND\" >> {}; \
+             exec sleep 5 2>/dev/null",
             out.display(),
             out.display()
         );
@@ -197,6 +220,54 @@ mod tests {
         assert_eq!(json["seq"], 1);
         assert_eq!(json["severity"], "error");
         assert_eq!(lines.next(), Some("error pd_failed"));
+    }
+
+    /// Whether process `pid` has ended (gone, or a zombie nobody has reaped yet).
+    fn ended(pid: &str) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // The state follows the command name in parentheses.
+            Ok(stat) => stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z')),
+            Err(_) => true,
+        }
+    }
+
+    #[test]
+    fn a_hook_over_its_time_is_killed_with_its_children_and_the_next_event_still_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let pids = dir.path().join("pids");
+        // Each run records its shell and a child that would outlive the shell, then hangs.
+        let command = format!(
+            "sleep 30 2>/dev/null & echo \"$TESSERA_EVENT_SEQ $$ $!\" >> {}; wait",
+            pids.display()
+        );
+        let mut hook =
+            EventHook::start_with_timeout(command, Severity::Info, Duration::from_millis(300))
+                .unwrap();
+        hook.offer(&event(1, Severity::Warning));
+        hook.offer(&event(2, Severity::Warning));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let all_ended =
+            |runs: &[Vec<String>]| runs.iter().all(|run| run[1..].iter().all(|pid| ended(pid)));
+        let runs = loop {
+            let text = std::fs::read_to_string(&pids).unwrap_or_default();
+            let runs: Vec<Vec<String>> = text
+                .lines()
+                .map(|line| line.split(' ').map(str::to_string).collect())
+                .collect();
+            if (runs.len() == 2 && all_ended(&runs)) || Instant::now() > deadline {
+                break runs;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // Each run was killed, its child too, and the second event's run came after the first.
+        assert_eq!(runs.len(), 2, "{runs:?}");
+        assert_eq!((runs[0][0].as_str(), runs[1][0].as_str()), ("1", "2"));
+        assert!(
+            all_ended(&runs),
+            "a timed-out hook or its child still runs: {runs:?}"
+        );
     }
 
     #[test]

@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 /// Who may connect to a virtual drive's export, and how.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VdAccessView {
-    /// Rules in their text form (`uid:N`, `gid:N`, `net:ADDRESS/PREFIX`); a client matching any
-    /// of them may connect. Empty: every client that can reach the NBD socket or address.
+    /// Rules in their text form (`uid:N`, `gid:N`, `net:ADDRESS/PREFIX`, `tls:NAME`); a client
+    /// matching any of them may connect. Empty: every client that can reach the NBD socket or
+    /// address.
     #[serde(default)]
     pub allow: Vec<String>,
     /// Every connection is read-only (writes, trims and zeroes answer EPERM).
@@ -28,7 +29,7 @@ pub struct VdAccessView {
 }
 
 /// One access rule.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AccessRule {
     /// A Unix-socket client running as this user id (`SO_PEERCRED`).
     Uid(u32),
@@ -36,6 +37,8 @@ pub enum AccessRule {
     Gid(u32),
     /// A TCP client whose address lies in this network.
     Network { address: IpAddr, prefix_bits: u8 },
+    /// A client over TLS whose verified certificate is valid for this DNS name.
+    TlsName(String),
 }
 
 /// Who is at the other end of an NBD connection.
@@ -50,9 +53,11 @@ pub enum Peer {
 }
 
 impl AccessRule {
-    /// Whether the client matches this rule.
-    pub fn matches(&self, peer: &Peer) -> bool {
+    /// Whether the client matches this rule; `tls_name` says whether its verified TLS client
+    /// certificate is valid for a name (false without TLS or without a certificate).
+    pub fn matches(&self, peer: &Peer, tls_name: &dyn Fn(&str) -> bool) -> bool {
         match (self, peer) {
+            (AccessRule::TlsName(name), _) => tls_name(name),
             (AccessRule::Uid(rule), Peer::Unix { uid, .. }) => rule == uid,
             (AccessRule::Gid(rule), Peer::Unix { gid, .. }) => rule == gid,
             (
@@ -68,12 +73,12 @@ impl AccessRule {
 }
 
 /// Whether `peer` may connect under `rules` (text form, already checked): no rules admit all.
-pub fn admits(rules: &[String], peer: &Peer) -> bool {
+pub fn admits(rules: &[String], peer: &Peer, tls_name: &dyn Fn(&str) -> bool) -> bool {
     rules.is_empty()
         || rules
             .iter()
             .filter_map(|text| text.parse::<AccessRule>().ok())
-            .any(|rule| rule.matches(peer))
+            .any(|rule| rule.matches(peer, tls_name))
 }
 
 fn in_network(client: IpAddr, network: IpAddr, prefix_bits: u8) -> bool {
@@ -109,7 +114,7 @@ impl FromStr for AccessRule {
         let bad = |why: &str| format!("access rule {text:?}: {why}");
         let (kind, value) = text
             .split_once(':')
-            .ok_or_else(|| bad("expected uid:N, gid:N or net:ADDRESS/PREFIX"))?;
+            .ok_or_else(|| bad("expected uid:N, gid:N, net:ADDRESS/PREFIX or tls:NAME"))?;
         match kind {
             "uid" => value
                 .parse()
@@ -137,7 +142,19 @@ impl FromStr for AccessRule {
                     prefix_bits,
                 })
             }
-            _ => Err(bad("expected uid:N, gid:N or net:ADDRESS/PREFIX")),
+            "tls" => {
+                let valid = !value.is_empty()
+                    && value.len() <= 253
+                    && value
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+                if valid {
+                    Ok(AccessRule::TlsName(value.to_ascii_lowercase()))
+                } else {
+                    Err(bad("not a DNS name"))
+                }
+            }
+            _ => Err(bad("expected uid:N, gid:N, net:ADDRESS/PREFIX or tls:NAME")),
         }
     }
 }
@@ -151,6 +168,7 @@ impl fmt::Display for AccessRule {
                 address,
                 prefix_bits,
             } => write!(f, "net:{address}/{prefix_bits}"),
+            AccessRule::TlsName(name) => write!(f, "tls:{name}"),
         }
     }
 }
@@ -166,6 +184,27 @@ pub fn canonical_rules(rules: &[String]) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NO_TLS: fn(&str) -> bool = |_| false;
+
+    impl AccessRule {
+        fn matches_plain(&self, peer: &Peer) -> bool {
+            self.matches(peer, &NO_TLS)
+        }
+    }
+
+    #[test]
+    fn tls_rules_match_the_names_the_certificate_is_valid_for() {
+        let rule = rule("tls:Backup-Host.example");
+        assert_eq!(rule.to_string(), "tls:backup-host.example");
+        let peer = Peer::Unix { uid: 0, gid: 0 };
+        assert!(rule.matches(&peer, &|name| name == "backup-host.example"));
+        assert!(!rule.matches(&peer, &NO_TLS));
+        assert!(admits(&["tls:a".into()], &peer, &|name| name == "a"));
+        for bad in ["tls:", "tls:a b", "tls:a/b"] {
+            assert!(bad.parse::<AccessRule>().is_err(), "{bad:?} accepted");
+        }
+    }
 
     fn rule(text: &str) -> AccessRule {
         text.parse().unwrap()
@@ -186,7 +225,7 @@ mod tests {
             "net:10.0.0.0/33",
             "net:::/129",
             "net:host",
-            "tls:a",
+            "tcp:a",
         ] {
             assert!(bad.parse::<AccessRule>().is_err(), "{bad:?} accepted");
         }
@@ -195,15 +234,15 @@ mod tests {
     #[test]
     fn networks_match_by_prefix_and_mapped_addresses_count_as_ipv4() {
         let ten = rule("net:10.0.0.0/8");
-        assert!(ten.matches(&Peer::Tcp("10.200.3.4".parse().unwrap())));
-        assert!(!ten.matches(&Peer::Tcp("11.0.0.1".parse().unwrap())));
-        assert!(ten.matches(&Peer::Tcp("::ffff:10.9.9.9".parse().unwrap())));
-        assert!(rule("net:0.0.0.0/0").matches(&Peer::Tcp("8.8.8.8".parse().unwrap())));
-        assert!(!rule("net:127.0.0.1/32").matches(&Peer::Tcp("127.0.0.2".parse().unwrap())));
+        assert!(ten.matches_plain(&Peer::Tcp("10.200.3.4".parse().unwrap())));
+        assert!(!ten.matches_plain(&Peer::Tcp("11.0.0.1".parse().unwrap())));
+        assert!(ten.matches_plain(&Peer::Tcp("::ffff:10.9.9.9".parse().unwrap())));
+        assert!(rule("net:0.0.0.0/0").matches_plain(&Peer::Tcp("8.8.8.8".parse().unwrap())));
+        assert!(!rule("net:127.0.0.1/32").matches_plain(&Peer::Tcp("127.0.0.2".parse().unwrap())));
         let v6 = rule("net:fd00::/8");
-        assert!(v6.matches(&Peer::Tcp("fd12::1".parse().unwrap())));
-        assert!(!v6.matches(&Peer::Tcp("fe80::1".parse().unwrap())));
-        assert!(!v6.matches(&Peer::Tcp("10.0.0.1".parse().unwrap())));
+        assert!(v6.matches_plain(&Peer::Tcp("fd12::1".parse().unwrap())));
+        assert!(!v6.matches_plain(&Peer::Tcp("fe80::1".parse().unwrap())));
+        assert!(!v6.matches_plain(&Peer::Tcp("10.0.0.1".parse().unwrap())));
     }
 
     #[test]
@@ -212,22 +251,22 @@ mod tests {
             uid: 1000,
             gid: 100,
         };
-        assert!(rule("uid:1000").matches(&peer));
-        assert!(rule("gid:100").matches(&peer));
-        assert!(!rule("uid:0").matches(&peer));
-        assert!(!rule("net:0.0.0.0/0").matches(&peer));
-        assert!(!rule("uid:1000").matches(&Peer::Tcp("127.0.0.1".parse().unwrap())));
-        assert!(!rule("uid:0").matches(&Peer::Unknown));
+        assert!(rule("uid:1000").matches_plain(&peer));
+        assert!(rule("gid:100").matches_plain(&peer));
+        assert!(!rule("uid:0").matches_plain(&peer));
+        assert!(!rule("net:0.0.0.0/0").matches_plain(&peer));
+        assert!(!rule("uid:1000").matches_plain(&Peer::Tcp("127.0.0.1".parse().unwrap())));
+        assert!(!rule("uid:0").matches_plain(&Peer::Unknown));
     }
 
     #[test]
     fn no_rules_admit_everyone_and_any_matching_rule_admits() {
         let root = Peer::Unix { uid: 0, gid: 0 };
-        assert!(admits(&[], &root));
-        assert!(admits(&[], &Peer::Unknown));
+        assert!(admits(&[], &root, &NO_TLS));
+        assert!(admits(&[], &Peer::Unknown, &NO_TLS));
         let rules = vec!["uid:1000".to_string(), "gid:0".to_string()];
-        assert!(admits(&rules, &root));
-        assert!(!admits(&rules, &Peer::Unix { uid: 5, gid: 5 }));
-        assert!(!admits(&rules, &Peer::Unknown));
+        assert!(admits(&rules, &root, &NO_TLS));
+        assert!(!admits(&rules, &Peer::Unix { uid: 5, gid: 5 }, &NO_TLS));
+        assert!(!admits(&rules, &Peer::Unknown, &NO_TLS));
     }
 }

@@ -35,13 +35,8 @@ struct ConfigFile {
 fn load(path: &Path) -> Result<ConfigFile, Failure> {
     let text = std::fs::read_to_string(path)
         .map_err(|error| Failure::Usage(format!("config {}: {error}", path.display())))?;
-    let file: ConfigFile = toml::from_str(&text).map_err(|error| {
-        Failure::Usage(format!(
-            "config {}: {}",
-            path.display(),
-            error.message().trim()
-        ))
-    })?;
+    let file: ConfigFile = toml::from_str(&text)
+        .map_err(|error| Failure::Usage(describe_toml_error(path, &text, &error)))?;
     let bad = |key: &str, error: String| {
         Failure::Usage(format!("config {}: {key}: {error}", path.display()))
     };
@@ -67,6 +62,52 @@ fn load(path: &Path) -> Result<ConfigFile, Failure> {
     Ok(file)
 }
 
+/// One line naming the file, the line and (when the line has one) the key: toml's own messages
+/// span several lines and name no key for a value of the wrong type.
+fn describe_toml_error(path: &Path, text: &str, error: &toml::de::Error) -> String {
+    let message = error
+        .message()
+        .split('\n')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let Some(span) = error.span() else {
+        return format!("config {}: {message}", path.display());
+    };
+    let start = span.start.min(text.len());
+    let number = text[..start].matches('\n').count() + 1;
+    let key = text
+        .lines()
+        .nth(number - 1)
+        .and_then(|line| line.split_once('='))
+        .map(|(key, _)| key.trim())
+        .filter(|key| !key.is_empty() && !message.contains(&format!("`{key}`")));
+    match key {
+        Some(key) => format!("config {} line {number}: {key}: {message}", path.display()),
+        None => format!("config {} line {number}: {message}", path.display()),
+    }
+}
+
+/// TLS needs a certificate and its key together, and client CAs only make sense with them;
+/// clap checks this for the command line, this checks the merged settings (the file, or the
+/// file and the command line together).
+fn check_tls(options: &ServeOptions, path: Option<&Path>) -> Result<(), Failure> {
+    let missing = match (&options.tls_cert, &options.tls_key) {
+        (Some(_), None) => Some(("tls_cert", "tls_key")),
+        (None, Some(_)) => Some(("tls_key", "tls_cert")),
+        (None, None) if options.tls_client_ca.is_some() => Some(("tls_client_ca", "tls_cert")),
+        _ => None,
+    };
+    let Some((given, needed)) = missing else {
+        return Ok(());
+    };
+    let place = path.map_or(String::new(), |path| format!("config {}: ", path.display()));
+    Err(Failure::Usage(format!(
+        "{place}{given} needs {needed} as well"
+    )))
+}
+
 /// The daemon's options: a setting given on the command line or in the environment wins,
 /// then the configuration file, then the built-in default.
 pub fn options(api_socket: PathBuf, args: ServeArgs) -> Result<ServeOptions, Failure> {
@@ -89,7 +130,7 @@ pub fn options(api_socket: PathBuf, args: ServeArgs) -> Result<ServeOptions, Fai
     fn pick_optional<T>(explicit: bool, flag: Option<T>, file: Option<T>) -> Option<T> {
         if explicit { flag } else { file.or(flag) }
     }
-    Ok(ServeOptions {
+    let options = ServeOptions {
         state_dir: pick(explicit("state_dir"), args.state_dir, file.state_dir),
         api_socket: pick(explicit("api_socket"), api_socket, file.api_socket),
         nbd_socket: pick(explicit("nbd_socket"), args.nbd_socket, file.nbd_socket),
@@ -113,7 +154,9 @@ pub fn options(api_socket: PathBuf, args: ServeArgs) -> Result<ServeOptions, Fai
             args.event_hook_severity,
             file.event_hook_severity,
         ),
-    })
+    };
+    check_tls(&options, path.as_deref())?;
+    Ok(options)
 }
 
 pub fn run(api_socket: PathBuf, args: ServeArgs) -> Result<ExitCode, Failure> {

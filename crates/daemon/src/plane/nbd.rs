@@ -156,6 +156,7 @@ pub(crate) struct Connection {
 struct Catalog<'a> {
     plane: &'a DataPlane,
     peer: &'a Peer,
+    tls: Option<&'a TlsSession>,
 }
 
 impl ExportCatalog for Catalog<'_> {
@@ -167,7 +168,8 @@ impl ExportCatalog for Catalog<'_> {
             group.engine.superblock().name
         ));
         let access = &vd.access;
-        if !admits(&access.allow, self.peer) {
+        let tls_name = |name: &str| self.tls.is_some_and(|tls| tls.client_is(name));
+        if !admits(&access.allow, self.peer, &tls_name) {
             info.refused = Some("this client is not allowed to use the virtual drive");
         }
         info.tls_required = access.tls_required;
@@ -399,6 +401,7 @@ impl DataPlane {
         let catalog = Catalog {
             plane: self,
             peer: &connection.peer,
+            tls: connection.tls.as_deref(),
         };
         let result = handshake.receive(input, &catalog);
         let mut output = Vec::new();
@@ -1143,11 +1146,12 @@ impl DataPlane {
                     return false;
                 };
                 let writer = !serving.negotiated.export.read_only;
+                let connection = self.connections.get(key).expect("live");
+                let tls = connection.tls.as_deref();
+                let tls_name = |name: &str| tls.is_some_and(|tls| tls.client_is(name));
                 serving.negotiated.export_name() == name
-                    && (!admits(
-                        &access.allow,
-                        &self.connections.get(key).expect("live").peer,
-                    ) || (writer && access.read_only))
+                    && (!admits(&access.allow, &connection.peer, &tls_name)
+                        || (writer && access.read_only))
             })
             .collect();
         for &key in &keys {

@@ -162,6 +162,25 @@ impl TlsSession {
         out
     }
 
+    /// Whether the client presented a certificate (verified against `--tls-client-ca` during
+    /// the handshake) that is valid for DNS name `name`.
+    pub fn client_is(&self, name: &str) -> bool {
+        let Some(certificate) = self
+            .connection
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+        else {
+            return false;
+        };
+        let Ok(certificate) = webpki::EndEntityCert::try_from(certificate) else {
+            return false;
+        };
+        let Ok(name) = rustls::pki_types::ServerName::try_from(name) else {
+            return false;
+        };
+        certificate.verify_is_valid_for_subject_name(&name).is_ok()
+    }
+
     /// The TLS handshake is still going on.
     pub fn handshaking(&self) -> bool {
         self.connection.is_handshaking()
