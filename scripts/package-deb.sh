@@ -6,7 +6,9 @@
 #   scripts/package-deb.sh                      # release build, package in target/debian/
 #   scripts/package-deb.sh BINARY OUT_DIR       # package a given binary (the tests use the debug one)
 #
-# Needs dpkg-deb (Debian's dpkg) and gzip; prints the path of the .deb it wrote.
+# Needs dpkg-deb (Debian's dpkg), gzip, and strip and objdump (binutils); prints the path of the
+# .deb it wrote. It installs nothing on this machine. The package does not enable or start the
+# service: an operator writes /etc/tessera/tessera.toml first (docs/operations.md).
 # TESSERA_DEB_COMPRESSION=none|gzip|xz|zstd chooses the compression (default xz).
 set -euo pipefail
 
@@ -17,16 +19,22 @@ if [[ -z "$binary" ]]; then
   (cd "$root" && cargo build --release --locked --quiet -p tessera-cli)
   binary="$root/target/release/tessera"
 fi
-for tool in dpkg-deb gzip; do
-  command -v "$tool" >/dev/null || { echo "package-deb: $tool is missing (apt-get install dpkg gzip)" >&2; exit 1; }
+for tool in dpkg-deb gzip strip objdump; do
+  command -v "$tool" >/dev/null || { echo "package-deb: $tool is missing (apt-get install dpkg gzip binutils)" >&2; exit 1; }
 done
 
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)"
 arch="$(dpkg --print-architecture)"
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
+# mktemp makes the directory 0700, and it becomes the package's "./".
+chmod 0755 "$stage"
 
 install -D -m 0755 "$binary" "$stage/usr/bin/tessera"
+# Debug information stays in target/ (a test binary carries 200 MB of it).
+strip --strip-unneeded "$stage/usr/bin/tessera"
+# The newest glibc symbol version the binary uses is the libc it needs.
+glibc="$(objdump -T "$stage/usr/bin/tessera" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1 || true)"
 install -D -m 0644 "$root/packaging/tessera.service" "$stage/lib/systemd/system/tessera.service"
 install -D -m 0644 "$root/packaging/tessera.toml" "$stage/etc/tessera/tessera.toml"
 mkdir -p "$stage/usr/share/man/man1"
@@ -56,9 +64,9 @@ Version: $version
 Architecture: $arch
 Maintainer: Tessera developers <tessera@example.invalid>
 Installed-Size: $size_kib
-Depends: libc6
+Depends: libc6 (>= ${glibc:-2.31}), libgcc-s1
 Recommends: nbd-client
-Suggests: mesa-vulkan-drivers
+Suggests: libvulkan1, mesa-vulkan-drivers
 Section: admin
 Priority: optional
 Homepage: https://example.invalid/tessera
@@ -76,7 +84,23 @@ if [ "$1" = "configure" ] && [ -d /run/systemd/system ]; then
   systemctl daemon-reload >/dev/null || true
 fi
 POSTINST
-chmod 0755 "$stage/DEBIAN/postinst"
+# Removing the package stops the daemon first (SIGTERM: groups are closed cleanly); an upgrade
+# leaves it running until the operator restarts it.
+cat >"$stage/DEBIAN/prerm" <<'PRERM'
+#!/bin/sh
+set -e
+if [ "$1" = "remove" ] && [ -d /run/systemd/system ]; then
+  systemctl stop tessera.service >/dev/null 2>&1 || true
+fi
+PRERM
+cat >"$stage/DEBIAN/postrm" <<'POSTRM'
+#!/bin/sh
+set -e
+if [ -d /run/systemd/system ]; then
+  systemctl daemon-reload >/dev/null 2>&1 || true
+fi
+POSTRM
+chmod 0755 "$stage/DEBIAN/postinst" "$stage/DEBIAN/prerm" "$stage/DEBIAN/postrm"
 
 mkdir -p "$out"
 deb="$out/tessera_${version}_${arch}.deb"

@@ -18,6 +18,10 @@ packages=(
   python3 python3-venv
   # the web dashboard's end-to-end test renders it in headless Chromium
   chromium
+  # the packaging tests: manual pages checked by man and groff, the systemd unit by
+  # systemd-analyze, the .deb built and listed by dpkg-deb (binutils, from build-essential,
+  # strips it)
+  man-db groff-base systemd dpkg
 )
 
 missing=()

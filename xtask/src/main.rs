@@ -25,7 +25,13 @@ fn main() -> ExitCode {
         Some("vm") => vm::main(&args[1..]),
         Some("fuzz") => fuzz::main(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
-        Some("deb") => run("scripts/package-deb.sh", &[], &args[1..]),
+        Some("deb") => {
+            // By its full path, so that `cargo xtask deb` works from any directory; the
+            // script finds the repository itself, and the arguments stay the caller's.
+            let script =
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/package-deb.sh");
+            run(&script.display().to_string(), &[], &args[1..])
+        }
         _ => {
             eprintln!("usage: cargo xtask sim (--seeds N [--from S] | --seed S)");
             eprintln!("       cargo xtask vm (build | run) ... (see docs/vm.md)");
@@ -33,7 +39,7 @@ fn main() -> ExitCode {
                 "       cargo xtask fuzz (list | run TARGET | all) [--seconds N] (see docs/fuzzing.md)"
             );
             eprintln!("       cargo xtask bench [--quick] ... (see docs/benchmarks.md)");
-            eprintln!("       cargo xtask deb (see docs/operations.md)");
+            eprintln!("       cargo xtask deb [BINARY OUT_DIR] (see docs/operations.md)");
             ExitCode::from(2)
         }
     }

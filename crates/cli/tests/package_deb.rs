@@ -67,12 +67,39 @@ fn the_package_holds_what_a_user_of_a_storage_daemon_expects() {
     ] {
         assert!(has(path), "{path} is not in the package:\n{listing}");
     }
-    let binary_mode = entries
+    let mode = |path: &str| {
+        entries
+            .iter()
+            .find(|(_, entry)| *entry == path)
+            .map(|(mode, _)| *mode)
+            .unwrap_or_else(|| panic!("{path} is not in the package"))
+    };
+    assert_eq!(mode("./usr/bin/tessera"), "-rwxr-xr-x", "the binary");
+    assert_eq!(mode("./"), "drwxr-xr-x", "the package's root");
+    assert_eq!(mode("./etc/tessera/tessera.toml"), "-rw-r--r--");
+    // A page for every command the binary knows, no more, no fewer.
+    let pages = tempfile::tempdir().unwrap();
+    let written = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["man", "--dir"])
+        .arg(pages.path())
+        .output()
+        .expect("tessera man");
+    assert!(written.status.success());
+    let mut expected: Vec<String> = std::fs::read_dir(pages.path())
+        .unwrap()
+        .map(|entry| {
+            let name = entry.unwrap().file_name();
+            format!("./usr/share/man/man1/{}.gz", name.to_string_lossy())
+        })
+        .collect();
+    expected.sort();
+    let mut shipped: Vec<String> = entries
         .iter()
-        .find(|(_, entry)| *entry == "./usr/bin/tessera")
-        .map(|(mode, _)| *mode)
-        .unwrap();
-    assert_eq!(binary_mode, "-rwxr-xr-x", "the binary is not executable");
+        .map(|(_, entry)| entry.to_string())
+        .filter(|entry| entry.starts_with("./usr/share/man/man1/") && entry.ends_with(".gz"))
+        .collect();
+    shipped.sort();
+    assert_eq!(shipped, expected);
     assert!(
         entries.iter().all(|(_, entry)| entry.starts_with("./etc/")
             || entry.starts_with("./usr/")
@@ -82,8 +109,22 @@ fn the_package_holds_what_a_user_of_a_storage_daemon_expects() {
     );
 
     let info = dpkg_deb(&["-I", &deb]);
-    assert!(info.contains("Package: tessera"), "{info}");
-    assert!(info.contains("Architecture: "), "{info}");
+    for field in [
+        "Package: tessera",
+        "Architecture: ",
+        "Depends: libc6 (>= 2.",
+        "Section: admin",
+    ] {
+        assert!(
+            info.contains(field),
+            "no {field:?} in the control file:\n{info}"
+        );
+    }
+    for script in ["postinst", "prerm", "postrm"] {
+        let text = dpkg_deb(&["-I", &deb, script]);
+        assert!(text.starts_with("#!/bin/sh\n"), "{script}: {text}");
+        assert!(text.contains("tessera.service") || text.contains("daemon-reload"));
+    }
     let conffiles = dpkg_deb(&["-I", &deb, "conffiles"]);
     assert_eq!(conffiles.trim(), "/etc/tessera/tessera.toml");
     // The packaged configuration file is the repository's.
@@ -92,5 +133,31 @@ fn the_package_holds_what_a_user_of_a_storage_daemon_expects() {
     assert_eq!(
         std::fs::read(extracted.path().join("etc/tessera/tessera.toml")).unwrap(),
         std::fs::read(repository.join("packaging/tessera.toml")).unwrap()
+    );
+    assert_eq!(
+        std::fs::read(extracted.path().join("lib/systemd/system/tessera.service")).unwrap(),
+        std::fs::read(repository.join("packaging/tessera.service")).unwrap()
+    );
+    // The packaged binary runs, and carries no debug information.
+    let packaged = extracted.path().join("usr/bin/tessera");
+    let version = Command::new(&packaged)
+        .arg("--version")
+        .output()
+        .expect("the packaged binary runs");
+    assert!(version.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        format!("tessera {}", env!("CARGO_PKG_VERSION"))
+    );
+    let sections = Command::new("objdump")
+        .arg("-h")
+        .arg(&packaged)
+        .output()
+        .expect("objdump (binutils)");
+    let sections = String::from_utf8_lossy(&sections.stdout);
+    assert!(sections.contains(".text"), "{sections}");
+    assert!(
+        !sections.contains(".debug_info"),
+        "not stripped:\n{sections}"
     );
 }

@@ -14,6 +14,8 @@ pub struct Daemon {
     child: Option<Child>,
     /// Extra `tessera serve` arguments, kept for restarts.
     extra_args: Vec<String>,
+    /// Started as the systemd unit does, with `--config FILE` alone.
+    config: Option<PathBuf>,
 }
 
 impl Daemon {
@@ -32,6 +34,34 @@ impl Daemon {
             dir,
             child: None,
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+            config: None,
+        };
+        daemon.launch();
+        daemon
+    }
+
+    /// Starts a daemon as the systemd unit does, `tessera serve --config FILE` and nothing
+    /// else: the file names the state directory and sockets (in a fresh temporary directory),
+    /// then holds `settings` (more TOML lines, `{dir}` standing for that directory).
+    pub fn start_with_config(settings: &str) -> Daemon {
+        let dir = tempfile::Builder::new()
+            .prefix("tessera-e2e-")
+            .tempdir_in(scratch_root())
+            .expect("temp dir");
+        let config = dir.path().join("tessera.toml");
+        let text = format!(
+            "state_dir = \"{}\"\napi_socket = \"{}\"\nnbd_socket = \"{}\"\n{settings}",
+            dir.path().join("state").display(),
+            dir.path().join("api.sock").display(),
+            dir.path().join("nbd.sock").display(),
+            settings = settings.replace("{dir}", &dir.path().display().to_string()),
+        );
+        std::fs::write(&config, text).expect("configuration file");
+        let mut daemon = Daemon {
+            dir,
+            child: None,
+            extra_args: Vec::new(),
+            config: Some(config),
         };
         daemon.launch();
         daemon
@@ -55,13 +85,24 @@ impl Daemon {
             .append(true)
             .open(self.path("daemon.log"))
             .expect("log file");
-        let child = Command::new(TESSERA)
-            .args(["serve", "--state-dir"])
-            .arg(self.path("state"))
-            .arg("--api-socket")
-            .arg(self.api_socket())
-            .arg("--nbd-socket")
-            .arg(self.nbd_socket())
+        let mut command = Command::new(TESSERA);
+        match &self.config {
+            Some(config) => command.arg("serve").arg("--config").arg(config),
+            // An empty configuration: an /etc/tessera/tessera.toml of this machine's would
+            // otherwise fill in what the flags leave out.
+            None => command
+                .args(["serve", "--config", "/dev/null", "--state-dir"])
+                .arg(self.path("state"))
+                .arg("--api-socket")
+                .arg(self.api_socket())
+                .arg("--nbd-socket")
+                .arg(self.nbd_socket()),
+        };
+        // Only what the test gives: no settings from the environment of the test run.
+        for variable in ["TESSERA_CONFIG", "TESSERA_API_SOCKET", "TESSERA_NBD_SOCKET"] {
+            command.env_remove(variable);
+        }
+        let child = command
             .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
