@@ -39,6 +39,7 @@ pub(crate) fn engine_config(offload_parity: bool) -> EngineConfig {
     EngineConfig {
         pool_bytes: 256 << 20,
         offload_parity,
+        rebuild_window: 16,
         ..EngineConfig::default()
     }
 }
