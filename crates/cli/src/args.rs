@@ -350,7 +350,8 @@ pub enum BenchCommand {
         /// Print the rows as a JSON array.
         #[arg(long)]
         json: bool,
-        /// Only this kernel (repeatable; default: every kernel this CPU runs).
+        /// Only this kernel (repeatable; `gpu`: the parity engines, the CPU beside every GPU
+        /// adapter; default: every kernel this CPU runs, then the engines).
         #[arg(long, value_name = "NAME", value_parser = values::kernel)]
         kernel: Vec<String>,
         /// Only this operation (repeatable; default: all).

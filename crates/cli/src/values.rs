@@ -174,9 +174,13 @@ pub fn compression(text: &str) -> Result<Compression, String> {
 
 /// `bench parity --kernel`: a kernel this CPU runs.
 pub fn kernel(text: &str) -> Result<String, String> {
+    // `gpu` selects the parity engine rows (the CPU engine beside every GPU adapter).
+    if text == "gpu" {
+        return Ok(text.to_string());
+    }
     tessera_parity::kernel_by_name(text)
         .map(|kernel| kernel.name().to_string())
-        .map_err(|error| format!("{}: {error}", quoted(text)))
+        .map_err(|error| format!("{}: {error} (or gpu for the engine rows)", quoted(text)))
 }
 
 /// `bench parity --op`.

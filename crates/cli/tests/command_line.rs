@@ -200,6 +200,13 @@ fn every_command_parses() {
         }
         other => panic!("{other:?}"),
     }
+    // `gpu` names the parity engine rows.
+    match parsed("bench parity --kernel gpu").command {
+        Command::Bench(BenchCommand::Parity { kernel, .. }) => {
+            assert_eq!(kernel, vec!["gpu".to_string()]);
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
