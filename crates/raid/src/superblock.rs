@@ -524,10 +524,16 @@ impl Superblock {
         {
             return Err(SuperblockError::Invalid("data_offset_bytes"));
         }
+        // The group's data space (no more than the member data size times the member count)
+        // must be representable, or its arithmetic overflows.
         if self
             .data_offset_bytes
             .checked_add(self.member_data_bytes)
             .is_none()
+            || self
+                .member_data_bytes
+                .checked_mul(u64::from(self.member_count))
+                .is_none()
         {
             return Err(SuperblockError::Invalid("member_data_bytes"));
         }
