@@ -57,7 +57,6 @@ impl RawChunk {
 }
 
 /// One stripe's work with its arena addresses resolved.
-#[derive(Clone)]
 pub(crate) struct RawJob {
     pub group: u32,
     pub id: ComputeId,
@@ -235,10 +234,9 @@ fn run(
                 );
                 continue;
             }
-            let raw = batch.clone();
-            match catch_unwind(AssertUnwindSafe(|| submit(&mut dispatcher, batch))) {
+            match submit(&mut dispatcher, batch) {
                 Ok(batch) => in_flight.push_back(batch),
-                Err(_) => {
+                Err(raw) => {
                     broken = true;
                     log!("the parity dispatcher failed; parity continues on the CPU kernels");
                     let data_bytes = raw.iter().map(RawJob::data_bytes).sum();
@@ -336,7 +334,8 @@ pub(crate) fn run_on_cpu(kernel: &dyn Kernel, job: &RawJob) {
     tessera_parity_gpu::run_on_cpu(kernel, &stripe, &mut output);
 }
 
-fn submit(dispatcher: &mut Dispatcher, batch: Vec<RawJob>) -> InFlight {
+/// Submits a batch; gives it back if the dispatcher panicked.
+fn submit(dispatcher: &mut Dispatcher, batch: Vec<RawJob>) -> Result<InFlight, Vec<RawJob>> {
     let mut storage: Vec<Box<[&'static [u8]]>> = Vec::with_capacity(batch.len() * 2);
     let mut jobs = Vec::with_capacity(batch.len());
     let mut data_bytes = 0u64;
@@ -368,10 +367,13 @@ fn submit(dispatcher: &mut Dispatcher, batch: Vec<RawJob>) -> InFlight {
             },
         });
     }
-    InFlight {
-        pending: dispatcher.submit(jobs),
-        raw: batch,
-        data_bytes,
-        _storage: storage,
+    match catch_unwind(AssertUnwindSafe(|| dispatcher.submit(jobs))) {
+        Ok(pending) => Ok(InFlight {
+            pending,
+            raw: batch,
+            data_bytes,
+            _storage: storage,
+        }),
+        Err(_) => Err(batch),
     }
 }
