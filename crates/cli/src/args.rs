@@ -258,6 +258,10 @@ pub enum VdCommand {
         /// Compression of a thin drive.
         #[arg(long, value_name = "ALGORITHM", requires = "thin", value_parser = values::compression)]
         compression: Option<Compression>,
+        /// The group space a thin drive's log takes (default: the largest free extent). The
+        /// size seen by hosts may exceed it.
+        #[arg(long, value_name = "SIZE", requires = "thin", value_parser = values::vd_size)]
+        physical: Option<u64>,
         /// Only these clients may connect (repeatable; any match admits): uid:N or gid:N for
         /// the NBD Unix socket, net:ADDRESS/PREFIX for TCP, tls:NAME for a TLS client
         /// certificate valid for NAME. Default: every client.

@@ -134,7 +134,10 @@ Physical drive 7
             "stats": {"logical_used_bytes": 2147483648, "physical_used_bytes": 1073741824,
                       "host_bytes_written": 100, "member_bytes_written": 60,
                       "write_amplification": 0.6, "compression_ratio": 2.0,
-                      "checksum_errors_detected": 1, "checksum_errors_repaired": 1},
+                      "checksum_errors_detected": 1, "checksum_errors_repaired": 1,
+                      "capacity_bytes": 4398046511104, "free_bytes": 3298534883328,
+                      "cleaning_bytes_written": 1048576, "overcommit_ratio": 2.5,
+                      "state": "serving"},
             "access": {"allow": ["uid:1000", "net:10.0.0.0/8"], "read_only": true,
                        "multi_conn": false}}"#,
     )
@@ -150,8 +153,11 @@ Virtual drive thin0
   connections:          2
   allowed clients:      uid:1000, net:10.0.0.0/8
   access:               read-only, one writer at a time
+  state:                serving
+  capacity:             4.0 TiB of group space, 3.0 TiB free, overcommitted 2.50x
   logical used:         2.0 GiB
   physical used:        1.0 GiB
+  cleaning written:     1.0 MiB
   compression:          2.00x
   write amplification:  0.600
   checksum errors:      1 detected, 1 repaired

@@ -3,16 +3,40 @@
 //! it comes from a drive.
 
 use serde::{Deserialize, Serialize};
-use tessera_api::model::{VdAccessView, canonical_rules};
+use tessera_api::model::{Compression, VdAccessView, canonical_rules};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VdRecord {
     pub name: String,
+    /// The drive's extent of the group's data space: a thick drive's blocks, or the space a
+    /// thin drive's log lives in.
     pub offset_bytes: u64,
     pub size_bytes: u64,
     /// Who may connect; left out of the blob while open to all (the superblock's space is small).
     #[serde(default, skip_serializing_if = "is_open")]
     pub access: VdAccessView,
+    /// Present for thin drives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thin: Option<ThinRecord>,
+}
+
+/// What a thin drive adds to its record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThinRecord {
+    /// The size hosts see; it may exceed the extent (overcommit).
+    pub logical_bytes: u64,
+    pub compression: Compression,
+    /// Tells this drive's log records from stale bytes of an earlier drive in the extent.
+    pub store_id: u64,
+}
+
+impl VdRecord {
+    /// The size hosts see.
+    pub fn host_bytes(&self) -> u64 {
+        self.thin
+            .as_ref()
+            .map_or(self.size_bytes, |thin| thin.logical_bytes)
+    }
 }
 
 fn is_open(access: &VdAccessView) -> bool {
@@ -53,6 +77,14 @@ impl GroupConfig {
             }
             canonical_rules(&vd.access.allow)
                 .map_err(|error| format!("virtual drive {}: {error}", vd.name))?;
+            if let Some(thin) = &vd.thin
+                && (thin.logical_bytes == 0 || !thin.logical_bytes.is_multiple_of(4096))
+            {
+                return Err(format!(
+                    "thin virtual drive {} has a logical size of {} bytes",
+                    vd.name, thin.logical_bytes
+                ));
+            }
             extents.push((vd.offset_bytes, end));
         }
         extents.sort_unstable();
@@ -80,6 +112,27 @@ impl GroupConfig {
         (candidate.checked_add(size_bytes)? <= data_bytes).then_some(candidate)
     }
 
+    /// The largest gap (start aligned to `align_bytes`): where a thin drive takes all the
+    /// space left by default. `(offset, size)`.
+    pub fn largest_space(&self, align_bytes: u64, data_bytes: u64) -> Option<(u64, u64)> {
+        let mut taken: Vec<(u64, u64)> = self
+            .virtual_drives
+            .iter()
+            .map(|vd| (vd.offset_bytes, vd.offset_bytes + vd.size_bytes))
+            .collect();
+        taken.sort_unstable();
+        taken.push((data_bytes, data_bytes));
+        let mut best: Option<(u64, u64)> = None;
+        let mut candidate = 0u64;
+        for (start, end) in taken {
+            if start > candidate && best.is_none_or(|(_, size)| start - candidate > size) {
+                best = Some((candidate, start - candidate));
+            }
+            candidate = candidate.max(end.div_ceil(align_bytes) * align_bytes);
+        }
+        best
+    }
+
     /// Bytes not used by any virtual drive.
     pub fn free_bytes(&self, data_bytes: u64) -> u64 {
         data_bytes
@@ -101,6 +154,7 @@ mod tests {
             name: name.into(),
             offset_bytes: offset,
             size_bytes: size,
+            thin: None,
         }
     }
 
@@ -114,6 +168,9 @@ mod tests {
         assert_eq!(config.find_space(250, 100, 1000), Some(400));
         assert_eq!(config.find_space(700, 100, 1000), None);
         assert_eq!(config.free_bytes(1000), 800);
+        assert_eq!(config.largest_space(100, 1000), Some((400, 600)));
+        assert_eq!(config.largest_space(300, 1000), Some((600, 400)));
+        assert_eq!(GroupConfig::default().largest_space(1, 10), Some((0, 10)));
         let decoded = GroupConfig::decode(&config.encode(), 1000).unwrap();
         assert_eq!(decoded, config);
         config.virtual_drives.push(vd("c", 350, 10));

@@ -1,12 +1,12 @@
 //! The management API's operations, carried out on the data plane.
 
-use crate::plane::NewGroup;
 use crate::plane::{AdminError, PlaneHandle};
+use crate::plane::{NewGroup, NewThin};
 use std::time::{Duration, Instant};
 use tessera_api::controller::Controller;
 use tessera_api::model::{
-    ApiError, CreateDg, CreatePd, CreateVd, DgRef, DgView, EventView, InfoView, PdView, ReplacePd,
-    ScrubDg, SetVd, UpdateDg, VdAccessView, VdView,
+    ApiError, Compression, CreateDg, CreatePd, CreateVd, DgRef, DgView, EventView, InfoView,
+    PdView, ReplacePd, ScrubDg, SetVd, UpdateDg, VdAccessView, VdView,
 };
 use tessera_raid::geometry::{Level, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES};
 use tessera_raid::superblock::JournalMode;
@@ -220,11 +220,15 @@ impl Controller for Control {
     }
 
     fn create_vd(&self, body: CreateVd) -> Result<VdView, ApiError> {
-        if body.thin || body.compression.is_some() {
+        if !body.thin && (body.compression.is_some() || body.physical_bytes.is_some()) {
             return Err(ApiError::invalid_argument(
-                "thin virtual drives are not supported yet",
+                "compression and physical size apply only to thin virtual drives",
             ));
         }
+        let thin = body.thin.then(|| NewThin {
+            compression: body.compression.unwrap_or(Compression::Lz4),
+            physical_bytes: body.physical_bytes,
+        });
         let (name, generation) = self
             .call(move |plane| {
                 let access = VdAccessView {
@@ -233,7 +237,7 @@ impl Controller for Control {
                     multi_conn: body.multi_conn,
                     tls_required: body.tls_required,
                 };
-                plane.create_vd(body.dg, body.name, body.size_bytes, access)
+                plane.create_vd(body.dg, body.name, body.size_bytes, access, thin)
             })?
             .map_err(api_error)?;
         let dg = body.dg;

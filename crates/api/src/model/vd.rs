@@ -62,6 +62,22 @@ pub struct ThinStatsView {
     pub checksum_errors_detected: u64,
     /// Of those, blocks rewritten from redundancy.
     pub checksum_errors_repaired: u64,
+    /// The group data space the drive's log may use.
+    #[serde(default)]
+    pub capacity_bytes: u64,
+    /// Of that, space not holding any live block (whole free segments).
+    #[serde(default)]
+    pub free_bytes: u64,
+    /// Bytes segment cleaning re-wrote to keep free segments (part of `member_bytes_written`
+    /// before parity).
+    #[serde(default)]
+    pub cleaning_bytes_written: u64,
+    /// `size_bytes / capacity_bytes`: above 1 the drive is overcommitted.
+    #[serde(default)]
+    pub overcommit_ratio: f64,
+    /// Serving, starting (replaying its log), stopped, or failed (with why).
+    #[serde(default)]
+    pub state: String,
 }
 
 /// A virtual drive, as `GET /v1/vds/{name}` answers.
@@ -109,6 +125,9 @@ pub struct CreateVd {
     /// Compression of a thin drive (`None`: the daemon's default).
     #[serde(default)]
     pub compression: Option<Compression>,
+    /// The group data space a thin drive's log takes (`None`: the largest free extent).
+    #[serde(default)]
+    pub physical_bytes: Option<u64>,
     /// Access rules (`uid:N`, `gid:N`, `net:ADDRESS/PREFIX`); none: every client.
     #[serde(default)]
     pub allow: Vec<String>,

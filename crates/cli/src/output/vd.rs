@@ -89,8 +89,26 @@ pub fn describe_vd(style: Style, vd: &VdView) -> String {
     }
     if let Some(stats) = &vd.stats {
         pairs.extend([
+            ("state", stats.state.clone()),
+            (
+                "capacity",
+                format!(
+                    "{} of group space, {} free{}",
+                    format_size(stats.capacity_bytes),
+                    format_size(stats.free_bytes),
+                    if stats.overcommit_ratio > 1.0 {
+                        format!(", overcommitted {:.2}x", stats.overcommit_ratio)
+                    } else {
+                        String::new()
+                    }
+                ),
+            ),
             ("logical used", format_size(stats.logical_used_bytes)),
             ("physical used", format_size(stats.physical_used_bytes)),
+            (
+                "cleaning written",
+                format_size(stats.cleaning_bytes_written),
+            ),
             ("compression", format!("{:.2}x", stats.compression_ratio)),
             (
                 "write amplification",

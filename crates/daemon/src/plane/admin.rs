@@ -3,14 +3,21 @@
 
 use super::group::{Group, engine_config};
 use super::{DataPlane, Drive};
-use crate::blob::{GroupConfig, VdRecord};
+use crate::blob::{GroupConfig, ThinRecord, VdRecord};
 use crate::devices::{Device, Probe};
 use crate::log;
 use crate::state::{DriveRecord, StateFile};
-use tessera_api::model::{SetVd, VdAccessView, canonical_rules};
+use tessera_api::model::{Compression, SetVd, VdAccessView, canonical_rules};
 use tessera_raid::engine::{CreateSpec, Engine};
 use tessera_raid::geometry::{DEFAULT_CHUNK_BYTES, Level};
 use tessera_raid::superblock::{JournalMode, Uuid};
+
+/// What makes a new virtual drive thin.
+pub struct NewThin {
+    pub compression: Compression,
+    /// The group space its log takes (`None`: the largest free extent).
+    pub physical_bytes: Option<u64>,
+}
 
 /// Why an administrative operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -553,6 +560,7 @@ impl DataPlane {
             .collect();
         for name in names {
             self.close_vd_connections(&name);
+            self.drop_thin(&name);
         }
         self.groups.get_mut(&dg).expect("checked").engine.stop();
         Ok(())
@@ -607,6 +615,7 @@ impl DataPlane {
         name: Option<String>,
         size_bytes: u64,
         access: VdAccessView,
+        thin: Option<NewThin>,
     ) -> Result<(String, u64), AdminError> {
         let access = VdAccessView {
             allow: canonical_rules(&access.allow).map_err(AdminError::Invalid)?,
@@ -639,30 +648,67 @@ impl DataPlane {
         let size_bytes = size_bytes.div_ceil(4096) * 4096;
         let data_bytes = group.engine.data_bytes();
         let align = DataPlane::vd_alignment(group);
-        let offset_bytes = group.config.find_space(size_bytes, align, data_bytes).ok_or_else(|| {
-            AdminError::Conflict(format!(
-                "drive group {dg} has no free extent of {size_bytes} bytes ({} bytes free in all)",
-                group.config.free_bytes(data_bytes)
-            ))
-        })?;
-        let mut config = group.config.clone();
-        config.virtual_drives.push(VdRecord {
+        let extent_bytes = match &thin {
+            None => size_bytes,
+            Some(NewThin {
+                physical_bytes: Some(physical),
+                ..
+            }) => physical.div_ceil(align) * align,
+            Some(NewThin {
+                physical_bytes: None,
+                ..
+            }) => group
+                .config
+                .largest_space(align, data_bytes)
+                .map_or(0, |(_, size)| size / align * align),
+        };
+        let offset_bytes = group
+            .config
+            .find_space(extent_bytes, align, data_bytes)
+            .filter(|_| extent_bytes > 0)
+            .ok_or_else(|| {
+                AdminError::Conflict(format!(
+                    "drive group {dg} has no free extent of {extent_bytes} bytes ({} bytes free in all)",
+                    group.config.free_bytes(data_bytes)
+                ))
+            })?;
+        let record = VdRecord {
             name: name.clone(),
             offset_bytes,
-            size_bytes,
+            size_bytes: extent_bytes,
             access,
-        });
+            thin: thin.map(|thin| ThinRecord {
+                logical_bytes: size_bytes,
+                compression: thin.compression,
+                store_id: u64::from_le_bytes(random_uuid().0[..8].try_into().expect("8 bytes")),
+            }),
+        };
+        if let Some(thin) = &record.thin {
+            super::thin::check_layout(group, &record, thin).map_err(|error| {
+                AdminError::Conflict(format!(
+                    "a thin drive cannot live in {extent_bytes} bytes of drive group {dg}: {error}"
+                ))
+            })?;
+        }
+        let mut config = group.config.clone();
+        config.virtual_drives.push(record.clone());
         let generation = store_config(
             group,
             config,
             "holds as many virtual drives as its superblock can record",
         )?;
-        self.events.push_info(
-            "vd_created",
-            format!("virtual drive {name} created on drive group {dg}: {size_bytes} bytes"),
-            Some(dg),
-            None,
-        );
+        let message = match &record.thin {
+            None => format!("virtual drive {name} created on drive group {dg}: {size_bytes} bytes"),
+            Some(thin) => format!(
+                "thin virtual drive {name} created on drive group {dg}: {size_bytes} bytes seen by hosts in {extent_bytes} bytes of the group ({:.2}x), {} compression",
+                size_bytes as f64 / extent_bytes as f64,
+                thin.compression
+            ),
+        };
+        self.events.push_info("vd_created", message, Some(dg), None);
+        if record.thin.is_some() {
+            self.start_thin(&name, true).map_err(AdminError::Invalid)?;
+        }
         Ok((name, generation))
     }
 
@@ -679,6 +725,7 @@ impl DataPlane {
             )));
         }
         self.close_vd_connections(name);
+        self.drop_thin(name);
         let group = self.groups.get_mut(&dg).expect("found");
         group.config.virtual_drives.retain(|vd| vd.name != name);
         let generation = group.engine.set_config(group.config.encode());

@@ -215,6 +215,7 @@ impl DataPlane {
                     }
                 }
             }
+            progressed |= self.pump_thin();
             self.send_compute();
             self.flush_connections();
             if !progressed {

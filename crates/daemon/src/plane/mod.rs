@@ -7,6 +7,7 @@ mod compute;
 mod group;
 mod nbd;
 mod peer;
+mod thin;
 mod tls;
 mod views;
 
@@ -26,7 +27,7 @@ use tessera_io::{AnyDriver, Completion, Driver, EventFd};
 use tessera_raid::engine::CommandId;
 use tessera_raid::superblock::Uuid;
 
-pub use admin::{AdminError, NewGroup};
+pub use admin::{AdminError, NewGroup, NewThin};
 
 /// A closure the control plane runs on the loop thread.
 pub type Call = Box<dyn FnOnce(&mut DataPlane) + Send>;
@@ -101,8 +102,11 @@ pub struct DataPlane {
     pub(crate) groups: BTreeMap<u32, Group>,
     connections: tokens::Tokens<Connection>,
     listeners: Vec<Listener>,
-    /// Engine request id (a key of this table) -> the connection request it answers.
-    requests: tokens::Tokens<nbd::HostRequest>,
+    /// Engine request id (a key of this table) -> whom it answers. Requests to thin drives'
+    /// stores take their ids from here too.
+    requests: tokens::Tokens<Requester>,
+    /// The stores of thin virtual drives, by drive name.
+    pub(crate) thin: BTreeMap<String, thin::ThinDrive>,
     calls: mpsc::Receiver<Call>,
     wake: Arc<EventFd>,
     signal_fd: Option<OwnedFd>,
@@ -135,6 +139,19 @@ pub struct DataPlane {
     /// Handed-out parity work gathered in this pass of the loop.
     #[cfg(feature = "gpu")]
     compute_batch: Vec<crate::compute::RawJob>,
+}
+
+/// Whom an engine request (or a thin store's host request) answers.
+pub(crate) enum Requester {
+    /// A request of an NBD connection.
+    Host(nbd::HostRequest),
+    /// A lower command of a thin drive's store.
+    Thin {
+        vd: String,
+        lower_id: u64,
+        /// For reads, the length asked for (the engine's buffer may be larger).
+        read_bytes: usize,
+    },
 }
 
 /// Host reads and writes answered for one virtual drive since the daemon started.
@@ -294,6 +311,7 @@ impl DataPlane {
             connections: tokens::Tokens::new(),
             listeners,
             requests: tokens::Tokens::new(),
+            thin: BTreeMap::new(),
             calls,
             wake: wake.clone(),
             signal_fd,
@@ -317,6 +335,7 @@ impl DataPlane {
         };
         plane.load_drives()?;
         plane.assemble_groups();
+        plane.start_thin_drives();
         let handle = PlaneHandle { sender, wake };
         plane.start_parity_worker(&handle)?;
         Ok((plane, handle))
@@ -374,6 +393,10 @@ impl DataPlane {
             for group in self.groups.values_mut() {
                 group.engine.tick(now);
             }
+            self.tick_thin(now);
+            if self.stopping {
+                self.stop_groups_without_thin();
+            }
             // The loop wakes at least once a second, so deadlines are kept to about a second.
             if self.last_handshake_sweep.elapsed() >= Duration::from_secs(1) {
                 self.last_handshake_sweep = Instant::now();
@@ -430,6 +453,7 @@ impl DataPlane {
             .groups
             .values()
             .filter_map(|group| group.engine.next_deadline_us())
+            .chain(self.thin_deadline_us())
             .min();
         let wait_us = earliest.map_or(1_000_000, |deadline| {
             deadline.saturating_sub(now).min(1_000_000)
@@ -475,16 +499,27 @@ impl DataPlane {
 
     fn begin_shutdown(&mut self) {
         self.stopping = true;
-        for group in self.groups.values_mut() {
-            group.engine.stop();
-        }
         for key in self.connections.keys() {
             self.close_connection(key, "daemon stopping");
+        }
+        // Thin drives write their last checkpoint through their group's engine first.
+        self.shutdown_thin();
+        self.stop_groups_without_thin();
+    }
+
+    /// Stops the engines whose thin drives have all stopped.
+    fn stop_groups_without_thin(&mut self) {
+        let ids: Vec<u32> = self.groups.keys().copied().collect();
+        for id in ids {
+            if self.thin_stopped(id) {
+                self.groups.get_mut(&id).expect("listed").engine.stop();
+            }
         }
     }
 
     fn shutdown_done(&self) -> bool {
         self.connections.len() == 0
+            && self.thin.values().all(|drive| drive.store.is_stopped())
             && self.groups.values().all(|group| {
                 group.computing == 0
                     && (group.engine.is_stopped()

@@ -7,7 +7,7 @@
 //! sent from the arena buffer the engine filled.
 
 use super::tls::TlsSession;
-use super::{DataPlane, Token};
+use super::{DataPlane, Requester, Token};
 use crate::log;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -113,6 +113,8 @@ struct Serving {
     negotiated: Negotiated,
     group: u32,
     vd_offset_bytes: u64,
+    /// Requests go to the drive's thin store, not straight to the engine.
+    thin: bool,
 }
 
 /// A write payload being received into an arena buffer.
@@ -162,7 +164,7 @@ struct Catalog<'a> {
 impl ExportCatalog for Catalog<'_> {
     fn lookup(&self, name: &str) -> Option<ExportInfo> {
         let (group, vd) = self.plane.find_vd(name)?;
-        let mut info = ExportInfo::new(vd.name.clone(), vd.size_bytes);
+        let mut info = ExportInfo::new(vd.name.clone(), vd.host_bytes());
         info.description = Some(format!(
             "Tessera virtual drive on drive group {}",
             group.engine.superblock().name
@@ -178,6 +180,8 @@ impl ExportCatalog for Catalog<'_> {
             access.read_only || (!access.multi_conn && self.plane.vd_has_writer(&vd.name));
         info.features = ExportFeatures {
             multi_conn: access.multi_conn,
+            // A thin drive knows which blocks hold data.
+            block_status: vd.thin.is_some(),
             ..ExportFeatures::default()
         };
         info.block_size = BlockSizeConstraints::default();
@@ -437,6 +441,7 @@ impl DataPlane {
                                 connection.phase = Phase::Serving(Box::new(Serving {
                                     group: group.id,
                                     vd_offset_bytes: vd.offset_bytes,
+                                    thin: vd.thin.is_some(),
                                     negotiated,
                                 }));
                                 progressed = true;
@@ -552,6 +557,10 @@ impl DataPlane {
         let Phase::Serving(serving) = &connection.phase else {
             unreachable!()
         };
+        if serving.thin {
+            self.submit_thin(key, request, buffer);
+            return;
+        }
         let offset_bytes = serving.vd_offset_bytes + request.offset_bytes;
         let len_bytes = u64::from(request.length_bytes);
         let op = match request.command {
@@ -589,36 +598,18 @@ impl DataPlane {
         };
         if request.command != Command::Write && len_bytes == 0 && request.command != Command::Flush
         {
-            let outgoing = if request.command == Command::Read {
-                let mut head = Vec::new();
-                let mut reply = ReadReply::new(&request, &serving.negotiated);
-                if reply.is_structured() {
-                    reply.finish(&mut head);
-                } else {
-                    reply.data(&mut head, request.offset_bytes, 0);
-                }
-                Outgoing {
-                    head,
-                    data: None,
-                    tail: Vec::new(),
-                }
-            } else {
-                Outgoing {
-                    head: command_reply(&request, &serving.negotiated, Ok(())),
-                    data: None,
-                    tail: Vec::new(),
-                }
-            };
-            connection.outbox.push_back(outgoing);
+            connection
+                .outbox
+                .push_back(empty_reply(&request, &serving.negotiated));
             return;
         }
         let group = serving.group;
         connection.in_flight += 1;
-        let id = self.requests.insert(HostRequest {
+        let id = self.requests.insert(Requester::Host(HostRequest {
             connection: key,
             request,
             submitted: Instant::now(),
-        });
+        }));
         match self.groups.get_mut(&group) {
             Some(group) => group.engine.submit(EngineRequest { id, op }),
             None => {
@@ -630,10 +621,175 @@ impl DataPlane {
         }
     }
 
+    /// A request to a thin drive: answered by its store (or here, for block status).
+    fn submit_thin(&mut self, key: u64, request: Request, buffer: Option<BufferId>) {
+        let connection = self.connections.get_mut(key).expect("live connection");
+        let Phase::Serving(serving) = &connection.phase else {
+            unreachable!()
+        };
+        let negotiated = &serving.negotiated;
+        let offset_bytes = request.offset_bytes;
+        let len_bytes = u64::from(request.length_bytes);
+        let fua = request.flags.contains(CommandFlags::FUA);
+        if let Some(buffer) = buffer
+            && let Some(group) = self.groups.get_mut(&serving.group)
+        {
+            let data = group.engine.pool().slice(buffer)[..len_bytes as usize].to_vec();
+            group.engine.pool_mut().free(buffer);
+            if request.command == Command::Write {
+                return self.submit_thin_op(
+                    key,
+                    request,
+                    tessera_thin::HostOp::Write {
+                        offset_bytes,
+                        data,
+                        fua,
+                    },
+                );
+            }
+        }
+        let op = match request.command {
+            _ if len_bytes == 0 && request.command != Command::Flush => {
+                connection
+                    .outbox
+                    .push_back(empty_reply(&request, negotiated));
+                return;
+            }
+            Command::Read => tessera_thin::HostOp::Read {
+                offset_bytes,
+                len_bytes,
+            },
+            Command::Flush => tessera_thin::HostOp::Flush,
+            Command::Trim => tessera_thin::HostOp::Trim {
+                offset_bytes,
+                len_bytes,
+            },
+            // Zeroes never take space on a thin drive, so NO_HOLE and FAST_ZERO change nothing.
+            Command::WriteZeroes => tessera_thin::HostOp::WriteZeroes {
+                offset_bytes,
+                len_bytes,
+                fua,
+            },
+            Command::BlockStatus => {
+                let name = negotiated.export_name().to_string();
+                let runs = self.thin_block_status(&name, offset_bytes, len_bytes);
+                let connection = self.connections.get_mut(key).expect("live connection");
+                let Phase::Serving(serving) = &connection.phase else {
+                    unreachable!()
+                };
+                let outgoing = block_status_reply(&request, &serving.negotiated, &runs);
+                connection.outbox.push_back(outgoing);
+                return;
+            }
+            _ => {
+                // CACHE is advisory; a write whose group vanished is refused below.
+                let outgoing = Outgoing {
+                    head: command_reply(&request, negotiated, Ok(())),
+                    data: None,
+                    tail: Vec::new(),
+                };
+                connection.outbox.push_back(outgoing);
+                return;
+            }
+        };
+        self.submit_thin_op(key, request, op);
+    }
+
+    fn submit_thin_op(&mut self, key: u64, request: Request, op: tessera_thin::HostOp) {
+        let connection = self.connections.get_mut(key).expect("live connection");
+        let Phase::Serving(serving) = &connection.phase else {
+            unreachable!()
+        };
+        let name = serving.negotiated.export_name().to_string();
+        connection.in_flight += 1;
+        let id = self.requests.insert(Requester::Host(HostRequest {
+            connection: key,
+            request,
+            submitted: Instant::now(),
+        }));
+        if !self.thin_submit(&name, id, op) {
+            self.requests.remove(id);
+            let connection = self.connections.get_mut(key).expect("live connection");
+            connection.in_flight -= 1;
+            self.close_connection(key, "virtual drive not serving");
+        }
+    }
+
+    /// A thin drive's store answered a request.
+    pub(super) fn thin_host_reply(
+        &mut self,
+        id: u64,
+        result: Result<Option<Vec<u8>>, tessera_thin::ThinError>,
+    ) {
+        let Some(Requester::Host(pending)) = self.requests.remove(id) else {
+            return;
+        };
+        let Some(connection) = self.connections.get_mut(pending.connection) else {
+            return;
+        };
+        connection.in_flight -= 1;
+        let request = pending.request;
+        let Phase::Serving(serving) = &connection.phase else {
+            unreachable!("requests only while serving")
+        };
+        let negotiated = &serving.negotiated;
+        count_vd_io(
+            &mut self.vd_io,
+            negotiated.export_name(),
+            &request,
+            pending.submitted,
+        );
+        let outgoing = match result {
+            Ok(Some(data)) => {
+                let mut head = Vec::new();
+                let mut tail = Vec::new();
+                let mut read = ReadReply::new(&request, negotiated);
+                read.data(&mut head, request.offset_bytes, request.length_bytes);
+                assert_eq!(data.len(), request.length_bytes as usize);
+                head.extend_from_slice(&data);
+                if read.is_structured() {
+                    read.finish(&mut tail);
+                }
+                Outgoing {
+                    head,
+                    data: None,
+                    tail,
+                }
+            }
+            Ok(None) => Outgoing {
+                head: command_reply(&request, negotiated, Ok(())),
+                data: None,
+                tail: Vec::new(),
+            },
+            Err(error) => {
+                let errno = match error {
+                    tessera_thin::ThinError::OutOfRange => Errno::Inval,
+                    tessera_thin::ThinError::Io => Errno::Io,
+                    tessera_thin::ThinError::NoSpace => Errno::NoSpc,
+                    tessera_thin::ThinError::Unavailable => Errno::Shutdown,
+                };
+                error_reply(&request, negotiated, errno, &error.to_string())
+            }
+        };
+        if !connection.closing {
+            connection.outbox.push_back(outgoing);
+        }
+        self.maybe_drop_connection(pending.connection);
+    }
+
     /// An engine answered a request.
     pub(super) fn host_reply(&mut self, group: u32, reply: Reply) {
-        let Some(pending) = self.requests.remove(reply.id) else {
-            return;
+        let pending = match self.requests.remove(reply.id) {
+            Some(Requester::Host(pending)) => pending,
+            Some(Requester::Thin {
+                vd,
+                lower_id,
+                read_bytes,
+            }) => {
+                self.thin_engine_reply(group, &vd, lower_id, read_bytes, reply.result);
+                return;
+            }
+            None => return,
         };
         let Some(connection) = self.connections.get_mut(pending.connection) else {
             if let Ok(Some(buffer)) = reply.result {
@@ -870,6 +1026,63 @@ fn compact(connection: &mut Connection) {
             .copy_within(connection.start..connection.end, 0);
         connection.end -= connection.start;
         connection.start = 0;
+    }
+}
+
+/// The answer to a zero-length request other than a flush.
+fn empty_reply(request: &Request, negotiated: &Negotiated) -> Outgoing {
+    let head = if request.command == Command::Read {
+        let mut head = Vec::new();
+        let mut reply = ReadReply::new(request, negotiated);
+        if reply.is_structured() {
+            reply.finish(&mut head);
+        } else {
+            reply.data(&mut head, request.offset_bytes, 0);
+        }
+        head
+    } else {
+        command_reply(request, negotiated, Ok(()))
+    };
+    Outgoing {
+        head,
+        data: None,
+        tail: Vec::new(),
+    }
+}
+
+/// `NBD_CMD_BLOCK_STATUS` for `base:allocation`: holes read as zeroes.
+fn block_status_reply(
+    request: &Request,
+    negotiated: &Negotiated,
+    runs: &[(u64, bool)],
+) -> Outgoing {
+    use tessera_nbd::proto::allocation_flags::{HOLE, ZERO};
+    use tessera_nbd::reply::{Extent, encode_block_status};
+    let mut extents: Vec<Extent> = runs
+        .iter()
+        .map(|&(length_bytes, allocated)| Extent {
+            length_bytes: length_bytes as u32,
+            flags: if allocated { 0 } else { HOLE | ZERO },
+        })
+        .collect();
+    if request.flags.contains(CommandFlags::REQ_ONE) {
+        extents.truncate(1);
+    }
+    let mut head = Vec::new();
+    let contexts = &negotiated.meta_contexts;
+    for (index, context) in contexts.iter().enumerate() {
+        encode_block_status(
+            &mut head,
+            request.cookie,
+            context.id,
+            &extents,
+            index + 1 == contexts.len(),
+        );
+    }
+    Outgoing {
+        head,
+        data: None,
+        tail: Vec::new(),
     }
 }
 

@@ -272,7 +272,7 @@ impl DataPlane {
         VdView {
             name: vd.name.clone(),
             dg: group.id,
-            size_bytes: vd.size_bytes,
+            size_bytes: vd.host_bytes(),
             offset_bytes: vd.offset_bytes,
             nbd_uri: format!(
                 "nbd+unix:///{}?socket={}",
@@ -280,9 +280,9 @@ impl DataPlane {
                 self.options.nbd_socket.display()
             ),
             connections: self.vd_connections(&vd.name),
-            thin: false,
-            compression: None,
-            stats: None,
+            thin: vd.thin.is_some(),
+            compression: vd.thin.as_ref().map(|thin| thin.compression),
+            stats: self.thin_stats(vd),
             access: vd.access.clone(),
         }
     }

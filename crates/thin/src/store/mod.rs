@@ -361,8 +361,11 @@ struct Counters {
     checkpoints: u64,
 }
 
-/// A record is sealed once its oldest block has waited this long without a flush.
-const IDLE_SEAL_US: u64 = 1_000;
+/// A record is sealed once its oldest block has waited this long without a flush. Short
+/// enough to bound what an unflushed host loses at a crash (as a file system's commit
+/// interval does), long enough that records under a light load still fill: each sealed
+/// record takes a whole record of space until cleaning compacts it.
+const IDLE_SEAL_US: u64 = 100_000;
 
 /// Records in flight before host writes wait.
 const MAX_RECORDS_IN_FLIGHT: usize = 32;
