@@ -19,7 +19,16 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("sim") => run(
             "cargo",
-            &["run", "--release", "--quiet", "-p", "tessera-sim", "--"],
+            &[
+                "run",
+                "--release",
+                "--quiet",
+                "-p",
+                "tessera-sim",
+                "--bin",
+                "tessera-sim",
+                "--",
+            ],
             &args[1..],
         ),
         Some("vm") => vm::main(&args[1..]),

@@ -345,6 +345,20 @@ impl Harness {
         .map(|data| data.expect("read data"))
     }
 
+    pub fn read_around(
+        &mut self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        copy: u8,
+    ) -> Result<Vec<u8>, HostError> {
+        self.request(HostOp::ReadAround {
+            offset_bytes,
+            len_bytes,
+            copy,
+        })
+        .map(|data| data.expect("read data"))
+    }
+
     pub fn flush(&mut self) -> Result<(), HostError> {
         self.request(HostOp::Flush).map(|_| ())
     }

@@ -274,9 +274,28 @@ impl World {
                     submit,
                 },
             );
-            HostOp::Read {
-                offset_bytes: start * 512,
-                len_bytes: len * 512,
+            // Every eighth read of a redundant group goes around one copy of its data (as a
+            // thin drive does after a checksum failure); picked by id so the random stream, and
+            // so every seed's schedule, stays as it was.
+            let geometry = self.engine().geometry();
+            let chunk_sectors = geometry.chunk_bytes() / 512;
+            let sources = if geometry.parity_chunks() > 0 {
+                // Parity levels number the chunks the range touches.
+                (start + len).div_ceil(chunk_sectors) - start / chunk_sectors
+            } else {
+                geometry.copies() as u64
+            };
+            if geometry.redundancy() > 0 && id.is_multiple_of(8) {
+                HostOp::ReadAround {
+                    offset_bytes: start * 512,
+                    len_bytes: len * 512,
+                    copy: ((id / 8) % sources) as u8,
+                }
+            } else {
+                HostOp::Read {
+                    offset_bytes: start * 512,
+                    len_bytes: len * 512,
+                }
             }
         } else if roll < 85 {
             let (start, len) = self.random_range();
@@ -362,6 +381,11 @@ impl World {
                 HostOp::Read {
                     offset_bytes,
                     len_bytes,
+                }
+                | HostOp::ReadAround {
+                    offset_bytes,
+                    len_bytes,
+                    ..
                 }
                 | HostOp::Trim {
                     offset_bytes,

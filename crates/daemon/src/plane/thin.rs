@@ -38,9 +38,14 @@ fn store_config(group: &Group, vd: &VdRecord, thin: &ThinRecord) -> Config {
             Compression::Lz4 => tessera_thin::Compression::Lz4,
             Compression::Zstd => tessera_thin::Compression::Zstd,
         },
-        // Until the engine can read a range around a bad copy, a checksum failure is reported,
-        // not repaired.
-        repair_sources: 0,
+        // The engine reads around one copy: mirrors read another copy; parity levels
+        // reconstruct one of the chunks a block touches (at most three: a stored block and
+        // its sector alignment are under 4.5 KiB, a chunk at least 4 KiB).
+        repair_sources: match (geometry.redundancy(), geometry.parity_chunks()) {
+            (0, _) => 0,
+            (_, 0) => geometry.copies() as u8,
+            _ => 3,
+        },
         member_bytes_per_data_byte: members / data,
         low_space_percent: 10,
     }
@@ -190,10 +195,17 @@ impl DataPlane {
                     len_bytes: *len_bytes,
                 }
             }
-            LowerOp::ReadAround { .. } => {
-                // Not issued: the store is told there are no redundant sources.
-                drive.store.lower_done(command.id, Err(()));
-                return true;
+            LowerOp::ReadAround {
+                offset_bytes,
+                len_bytes,
+                copy,
+            } => {
+                read_bytes = *len_bytes as usize;
+                HostOp::ReadAround {
+                    offset_bytes: base + offset_bytes,
+                    len_bytes: *len_bytes,
+                    copy: *copy,
+                }
             }
             LowerOp::Write { offset_bytes, data } => {
                 let Some(buffer) = group.engine.alloc_host_buffer(data.len()) else {

@@ -39,7 +39,16 @@ impl Engine {
             HostOp::Read {
                 offset_bytes,
                 len_bytes,
+            }
+            | HostOp::ReadAround {
+                offset_bytes,
+                len_bytes,
+                ..
             } => {
+                let around = match request.op {
+                    HostOp::ReadAround { copy, .. } => Some(copy),
+                    _ => None,
+                };
                 if !self.in_range(offset_bytes, len_bytes) {
                     self.reject(request, HostError::OutOfRange);
                     return true;
@@ -56,7 +65,7 @@ impl Engine {
                 };
                 self.counters.host_reads += 1;
                 self.counters.host_read_bytes += len_bytes;
-                self.start_read(request.id, offset_bytes, len_bytes, buffer);
+                self.start_read(request.id, offset_bytes, len_bytes, buffer, around);
             }
             HostOp::Write {
                 offset_bytes,
@@ -322,19 +331,32 @@ impl Engine {
         }
     }
 
-    /// Starts the pieces of a read.
+    /// Starts the pieces of a read (`around`: of a `ReadAround` that copy).
     fn start_read(
         &mut self,
         id: u64,
         offset_bytes: u64,
         len_bytes: u64,
         buffer: tessera_buffer::BufferId,
+        around: Option<u8>,
     ) {
         let key = self.new_request(id, Some(buffer), None, false, false);
         self.requests.get_mut(key).expect("new request").read_range = (offset_bytes, len_bytes);
         let chunk = self.geometry.chunk_bytes();
         let end = offset_bytes + len_bytes;
         let mut cursor = offset_bytes;
+        // On parity levels a read around copy `k` reconstructs only the k-th chunk the range
+        // touches: reconstructing a clean chunk would go through the bad one.
+        let parity = self.geometry.parity_chunks() > 0;
+        let pieces = (end.div_ceil(chunk) - offset_bytes / chunk).max(1);
+        if let Some(copy) = around
+            && parity
+            && u64::from(copy) >= pieces
+        {
+            self.finish_part(key, Err(HostError::Io));
+            return;
+        }
+        let mut ordinal = 0u64;
         while cursor < end {
             let (stripe, index, within) = self.geometry.locate(cursor);
             let len = (chunk - within).min(end - cursor);
@@ -351,13 +373,24 @@ impl Engine {
                 .get_mut(key)
                 .expect("request in flight")
                 .parts_pending += 1;
-            self.route_read_piece(key, piece, cursor);
+            let piece_around = match around {
+                Some(copy) if parity => (u64::from(copy) == ordinal).then_some(0),
+                other => other,
+            };
+            self.route_read_piece(key, piece, cursor, piece_around);
             cursor += len;
+            ordinal += 1;
         }
         self.finish_part(key, Ok(()));
     }
 
-    fn route_read_piece(&mut self, request: Key, piece: ReadPiece, group_offset_bytes: u64) {
+    fn route_read_piece(
+        &mut self,
+        request: Key,
+        piece: ReadPiece,
+        group_offset_bytes: u64,
+        around: Option<u8>,
+    ) {
         if self.overlaps_bad(group_offset_bytes, piece.len_bytes) {
             self.finish_part(request, Err(HostError::Io));
             return;
@@ -375,6 +408,14 @@ impl Engine {
             return;
         }
         let primary_only = self.geometry.copies() > 1 && self.regions.is_unsynced(piece.region);
+        // Copies of a region awaiting resync may disagree, and its parity is not trusted: a
+        // read around one copy there is a plain read of the primary.
+        if let Some(copy) = around
+            && !self.regions.is_unsynced(piece.region)
+        {
+            self.read_around(request, piece, copy);
+            return;
+        }
         match self.data_reader(
             piece.stripe,
             piece.index,
@@ -396,7 +437,7 @@ impl Engine {
             }
             None => {
                 self.counters.degraded_reads += 1;
-                self.recover_piece(request, piece, None);
+                self.recover_piece(request, piece, None, false);
             }
         }
     }
@@ -414,13 +455,43 @@ impl Engine {
             Err(error) => {
                 let repair = (error == MemberError::Io && !self.members.list[member].is_failed())
                     .then_some(member);
-                self.recover_piece(request, piece, repair);
+                self.recover_piece(request, piece, repair, repair.is_some());
             }
         }
     }
 
+    /// A piece of a `ReadAround`: recovered without reading the member that holds `copy`.
+    fn read_around(&mut self, request: Key, piece: ReadPiece, copy: u8) {
+        let copies = self.geometry.copies();
+        let sources = if self.geometry.parity_chunks() > 0 {
+            1
+        } else {
+            copies
+        };
+        if usize::from(copy) >= sources || self.geometry.redundancy() == 0 {
+            self.finish_part(request, Err(HostError::Io));
+            return;
+        }
+        let placement = self
+            .geometry
+            .data_placement(piece.stripe, piece.index, usize::from(copy));
+        let avoid = self
+            .members
+            .reader(placement.member, placement.offset_bytes);
+        self.recover_piece(request, piece, avoid, false);
+    }
+
     /// Hands a read piece to a stripe recovery operation (merging with one already queued).
-    fn recover_piece(&mut self, request: Key, piece: ReadPiece, repair_member: Option<usize>) {
+    /// `avoid` is a member not to read the piece from; with `rewrite`, what is recovered is
+    /// written back to it (a read error repaired).
+    fn recover_piece(
+        &mut self,
+        request: Key,
+        piece: ReadPiece,
+        avoid: Option<usize>,
+        rewrite: bool,
+    ) {
+        let repair_member = avoid;
         let buffer = self
             .requests
             .get(request)
@@ -429,14 +500,14 @@ impl Engine {
         let target = self.slice(buffer, piece.buffer_offset_bytes, piece.len_bytes);
         if let Some(op_id) = self.locks.last_waiting(piece.stripe) {
             let op = self.ops.get_mut(op_id).expect("queued op is live");
-            if op.try_add_recovery(request, piece, target, repair_member) {
+            if op.try_add_recovery(request, piece, target, repair_member, rewrite) {
                 return;
             }
         }
         let op = StripeOp::new(
             piece.stripe,
             piece.region,
-            Kind::recover(request, piece, target, repair_member),
+            Kind::recover(request, piece, target, repair_member, rewrite),
         );
         let op_id = self.ops.insert(Box::new(op));
         if self.locks.acquire(piece.stripe, op_id) {

@@ -29,7 +29,10 @@ pub(crate) struct RecoverPiece {
     request: Key,
     piece: ReadPiece,
     target: BufferSlice,
+    /// A member the piece must not be read from.
     repair_member: Option<usize>,
+    /// Write what is recovered back to `repair_member` (it failed the read).
+    rewrite: bool,
 }
 
 pub(crate) enum Kind {
@@ -63,6 +66,7 @@ impl Kind {
         piece: ReadPiece,
         target: BufferSlice,
         repair_member: Option<usize>,
+        rewrite: bool,
     ) -> Kind {
         Kind::Recover {
             pieces: vec![RecoverPiece {
@@ -70,6 +74,7 @@ impl Kind {
                 piece,
                 target,
                 repair_member,
+                rewrite,
             }],
         }
     }
@@ -251,6 +256,7 @@ impl StripeOp {
         piece: ReadPiece,
         target: BufferSlice,
         repair_member: Option<usize>,
+        rewrite: bool,
     ) -> bool {
         if self.stage != Stage::Queued {
             return false;
@@ -263,6 +269,7 @@ impl StripeOp {
             piece,
             target,
             repair_member,
+            rewrite,
         });
         true
     }
@@ -921,13 +928,20 @@ impl Engine {
         let mut reads = Vec::new();
         for piece in &pieces {
             let exclude = op.unreadable | piece.repair_member.map_or(0, |m| 1 << m);
-            match self.data_reader(
-                op.stripe,
-                piece.piece.index,
-                piece.piece.within_bytes,
-                false,
-                exclude,
-            ) {
+            let reader = |exclude| {
+                self.data_reader(
+                    op.stripe,
+                    piece.piece.index,
+                    piece.piece.within_bytes,
+                    false,
+                    exclude,
+                )
+            };
+            // A read around a copy that is the only one left reads that copy, as parity levels
+            // do when they cannot reconstruct: the caller checks what it gets.
+            let chosen = reader(exclude)
+                .or_else(|| (!piece.rewrite).then(|| reader(op.unreadable)).flatten());
+            match chosen {
                 Some((member, offset_bytes)) => reads.push((member, offset_bytes, piece.target)),
                 None => return Planned::BeyondRedundancy,
             }
@@ -1251,7 +1265,7 @@ impl Engine {
         // Rewrite what a member failed to read, from the recovered data: a latent sector error
         // is repaired (or, if the write fails too, the member fails).
         for piece in &pieces {
-            let Some(member) = piece.repair_member else {
+            let Some(member) = piece.repair_member.filter(|_| piece.rewrite) else {
                 continue;
             };
             if self.members.list[member].is_failed() {

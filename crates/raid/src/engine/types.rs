@@ -30,6 +30,20 @@ pub enum HostOp {
         buffer: BufferId,
         fua: bool,
     },
+    /// Read the range from the group's redundancy instead of copy `copy` of it, for a client
+    /// that found what a plain read returned to be wrong (a checksum above the engine). On
+    /// parity levels `copy` numbers the chunks the range touches: the `copy`-th is
+    /// reconstructed from the rest of its stripe and the others are read as they are (a range
+    /// over two chunks has two versions to try). On mirrors the member holding copy `copy` is
+    /// not read. Where there is no
+    /// other source (degraded beyond it, or a region awaiting resync) the data is read as a
+    /// plain read would. Nothing is rewritten; the reply carries a buffer as for `Read`. A
+    /// copy the level does not have fails with `HostError::Io`.
+    ReadAround {
+        offset_bytes: u64,
+        len_bytes: u64,
+        copy: u8,
+    },
     /// Make every write completed before this request durable.
     Flush,
     /// The host no longer needs the range. Whole regions become unwritten (read as zeroes);
