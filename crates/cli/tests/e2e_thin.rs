@@ -79,6 +79,14 @@ fn thin_drive_compresses_maps_holes_and_keeps_flushed_data() {
     assert!(number(&written["host_bytes_written"]) >= (96 << 20) as f64);
     assert!(number(&written["member_bytes_written"]) > 0.0);
     assert_eq!(number(&written["checksum_errors_detected"]), 0.0);
+    let metric = |name: &str| {
+        daemon
+            .metric(&format!("{name}{{vd=\"thin\",dg=\"0\"}}"))
+            .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+    };
+    assert!(metric("tessera_thin_host_write_bytes_total") >= 96 << 20);
+    assert_eq!(metric("tessera_thin_logical_used_bytes"), 96 << 20);
+    assert!(metric("tessera_thin_stored_bytes") < 96 << 20);
 
     // Only the first 96 MiB hold data; the rest is a hole that reads as zeroes.
     let map = allocation_map(&uri);

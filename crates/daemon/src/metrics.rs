@@ -6,6 +6,14 @@ use std::fmt::Write;
 /// A per-virtual-drive counter: name, help text, and its value as text.
 type VdSeries = (&'static str, &'static str, fn(&VdIo) -> String);
 
+/// A per-thin-drive series: name, type, help text, and its value as text.
+type ThinSeries = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&tessera_thin::Stats) -> String,
+);
+
 /// A per-parity-engine series: name, type, help text, and its value.
 type EngineSeries = (
     &'static str,
@@ -93,6 +101,7 @@ impl DataPlane {
             }
         }
         self.vd_metrics(&mut out);
+        self.thin_metrics(&mut out);
         self.parity_engine_metrics(&mut out);
         self.nbd_metrics(&mut out);
         out
@@ -214,6 +223,96 @@ impl DataPlane {
             let _ = writeln!(out, "# TYPE {name} counter");
             for (vd, dg, io) in &vds {
                 let _ = writeln!(out, "{name}{{vd=\"{vd}\",dg=\"{dg}\"}} {}", value(io));
+            }
+        }
+    }
+
+    /// Per thin virtual drive: capacity, compression, write amplification and checksums.
+    fn thin_metrics(&self, out: &mut String) {
+        let series: [ThinSeries; 12] = [
+            (
+                "tessera_thin_logical_bytes",
+                "gauge",
+                "Size hosts see.",
+                |s| s.logical_bytes.to_string(),
+            ),
+            (
+                "tessera_thin_capacity_bytes",
+                "gauge",
+                "Group space the drive's log may use.",
+                |s| s.physical_bytes.to_string(),
+            ),
+            (
+                "tessera_thin_logical_used_bytes",
+                "gauge",
+                "Logical bytes holding data.",
+                |s| s.logical_used_bytes.to_string(),
+            ),
+            (
+                "tessera_thin_stored_bytes",
+                "gauge",
+                "Bytes the live blocks take after compression.",
+                |s| s.stored_bytes.to_string(),
+            ),
+            (
+                "tessera_thin_free_bytes",
+                "gauge",
+                "Group space of free segments.",
+                |s| s.free_bytes.to_string(),
+            ),
+            (
+                "tessera_thin_compression_ratio",
+                "gauge",
+                "Logical bytes in use per stored byte.",
+                |s| format!("{:.4}", s.compression_ratio),
+            ),
+            (
+                "tessera_thin_write_amplification_ratio",
+                "gauge",
+                "Member bytes written per host byte written.",
+                |s| format!("{:.4}", s.write_amplification),
+            ),
+            (
+                "tessera_thin_host_write_bytes_total",
+                "counter",
+                "Bytes written by hosts.",
+                |s| s.host_bytes_written.to_string(),
+            ),
+            (
+                "tessera_thin_member_write_bytes_total",
+                "counter",
+                "Bytes written to members for the drive, parity included.",
+                |s| s.member_bytes_written.to_string(),
+            ),
+            (
+                "tessera_thin_cleaning_write_bytes_total",
+                "counter",
+                "Bytes segment cleaning re-wrote.",
+                |s| s.cleaning_bytes.to_string(),
+            ),
+            (
+                "tessera_thin_checksum_errors_total",
+                "counter",
+                "Blocks that failed their checksum when read.",
+                |s| s.checksum_errors_detected.to_string(),
+            ),
+            (
+                "tessera_thin_checksum_repairs_total",
+                "counter",
+                "Blocks that failed their checksum and were rewritten from redundancy.",
+                |s| s.checksum_errors_repaired.to_string(),
+            ),
+        ];
+        let drives: Vec<(&String, u32, tessera_thin::Stats)> = self
+            .thin
+            .iter()
+            .map(|(name, drive)| (name, drive.group, drive.store.stats()))
+            .collect();
+        for (name, kind, help, value) in series {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (vd, dg, stats) in &drives {
+                let _ = writeln!(out, "{name}{{vd=\"{vd}\",dg=\"{dg}\"}} {}", value(stats));
             }
         }
     }
