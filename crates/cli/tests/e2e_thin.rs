@@ -264,7 +264,7 @@ fn flip_data_bits(path: &str, count: usize, seed: u64) -> usize {
 }
 
 #[test]
-fn bit_flips_on_a_member_are_detected_and_repaired_from_parity() {
+fn bit_flips_on_a_member_are_found_by_scrub_and_repaired_from_parity() {
     if !have("fio") {
         return;
     }
@@ -291,12 +291,40 @@ fn bit_flips_on_a_member_are_detected_and_repaired_from_parity() {
     let path = member["path"].as_str().expect("member path");
     assert_eq!(flip_data_bits(path, 64, 0x5eed), 64);
 
+    // A scrub reads every live block: the flipped ones fail their checksum and are repaired.
+    daemon.ok(&["dg", "scrub", "0"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !daemon.ok(&["events"]).contains("thin_scrub_finished") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the thin scrub did not finish"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let scrubbed = stats(&daemon, "flip");
+    let found = number(&scrubbed["checksum_errors_detected"]);
+    assert!(found > 0.0, "the scrub found no flipped block: {scrubbed}");
+    assert_eq!(number(&scrubbed["checksum_errors_repaired"]), found);
+
     let mut extra = vec!["--randseed=31", "--verify_only"];
     extra.extend(compressible);
     fio_verify(&uri, "64M", &extra, daemon.dir.path());
     let after = stats(&daemon, "flip");
+    assert_eq!(
+        number(&after["checksum_errors_detected"]),
+        found,
+        "the scrub left a bad live block for the reads to find: {after}"
+    );
+
+    // Flipped again, the reads themselves find the bad blocks and still return the right data.
+    assert_eq!(flip_data_bits(path, 64, 0xf11d), 64);
+    fio_verify(&uri, "64M", &extra, daemon.dir.path());
+    let after = stats(&daemon, "flip");
     let detected = number(&after["checksum_errors_detected"]);
-    assert!(detected > 0.0, "no flipped block was detected: {after}");
+    assert!(
+        detected > found,
+        "the reads found no flipped block: {after}"
+    );
     assert_eq!(
         number(&after["checksum_errors_repaired"]),
         detected,

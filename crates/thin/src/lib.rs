@@ -18,8 +18,8 @@ pub mod map;
 mod store;
 
 pub use store::{
-    Compression, Config, HostOp, LowerCommand, LowerOp, Output, Reply, Stats, Store, ThinError,
-    ThinEvent,
+    Compression, Config, HostOp, LowerCommand, LowerOp, Output, Reply, ScrubProgress, Stats, Store,
+    ThinError, ThinEvent,
 };
 
 /// The logical block: the unit of mapping, compression and checksumming.

@@ -258,9 +258,9 @@ impl Harness {
                         self.events
                     );
                 }
-                Output::Event(event @ ThinEvent::Recovered { .. }) => {
-                    self.events.push(format!("{event:?}"))
-                }
+                Output::Event(
+                    event @ (ThinEvent::Recovered { .. } | ThinEvent::ScrubFinished { .. }),
+                ) => self.events.push(format!("{event:?}")),
                 Output::Event(ThinEvent::RecoveryFailed { reason }) => {
                     panic!("store failed: {reason}")
                 }
@@ -742,5 +742,59 @@ fn running_out_of_space_fails_writes_and_keeps_data() {
 fn crashes_and_bit_flips_together() {
     for seed in seeds(41..=46) {
         scenario(seed, 4000, true, true);
+    }
+}
+
+/// Corrupting one byte of each of several live blocks (on the group's primary image, not its
+/// redundancy): a scrub reads every live block, finds each of them and repairs it.
+#[test]
+fn scrub_finds_and_repairs_every_corrupted_live_block() {
+    for seed in seeds(51..=56) {
+        let mut harness = Harness::new(seed, 8 << 20, 24 << 20, 1);
+        let blocks = harness.blocks();
+        for _ in 0..48 {
+            let lba = harness.rng.below(blocks / 16) * 16;
+            let mut data = Vec::new();
+            for _ in 0..16 {
+                let block = harness.block_data(seed % 2 == 0);
+                data.extend_from_slice(&block);
+            }
+            harness.submit(HostOp::Write {
+                offset_bytes: lba * BLOCK,
+                data,
+                fua: false,
+            });
+        }
+        harness.submit(HostOp::Flush);
+        harness.drain();
+        let mut corrupted = std::collections::BTreeSet::new();
+        while corrupted.len() < 20 {
+            let lba = harness.rng.below(blocks);
+            let Some(location) = harness.store.location(lba) else {
+                continue;
+            };
+            if !corrupted.insert(lba) {
+                continue;
+            }
+            let at = location.address_bytes + harness.rng.below(u64::from(location.stored_len));
+            harness.lower.current[at as usize] ^= 1 << harness.rng.below(8);
+        }
+        assert!(harness.store.start_scrub());
+        assert!(!harness.store.start_scrub(), "one scrub at a time");
+        harness.drain();
+        let stats = harness.store.stats();
+        assert_eq!(stats.checksum_errors_detected, 20, "seed {seed}");
+        assert_eq!(stats.checksum_errors_repaired, 20, "seed {seed}");
+        let finished = harness
+            .events
+            .iter()
+            .find(|event| event.starts_with("ScrubFinished"))
+            .expect("the scrub finished");
+        assert!(
+            finished.contains("errors_detected: 20, errors_repaired: 20"),
+            "{finished}"
+        );
+        assert!(harness.store.scrub_progress().is_none());
+        harness.check_all();
     }
 }

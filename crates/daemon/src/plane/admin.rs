@@ -811,11 +811,24 @@ impl DataPlane {
             .engine
             .start_scrub(repair)
             .map_err(|e| AdminError::Conflict(format!("drive group {dg}: {e}")))?;
+        // Thin drives check every live block against its checksum as well (a bad one is
+        // always repaired: it is moved, nothing is overwritten).
+        let thin: Vec<String> = self
+            .thin
+            .iter_mut()
+            .filter(|(_, drive)| drive.group == dg)
+            .filter_map(|(name, drive)| drive.store.start_scrub().then(|| name.clone()))
+            .collect();
         self.events.push_info(
             "scrub_started",
             format!(
-                "drive group {dg}: scrub{} started",
-                if repair { " (repair)" } else { "" }
+                "drive group {dg}: scrub{} started{}",
+                if repair { " (repair)" } else { "" },
+                if thin.is_empty() {
+                    String::new()
+                } else {
+                    format!("; checksums of thin virtual drives {}", thin.join(", "))
+                }
             ),
             Some(dg),
             None,

@@ -306,6 +306,22 @@ impl DataPlane {
                 dg,
                 None,
             ),
+            ThinEvent::ScrubFinished {
+                checked_blocks,
+                errors_detected,
+                errors_repaired,
+            } => {
+                let message = format!(
+                    "thin virtual drive {name}: scrub checked {checked_blocks} blocks, {errors_detected} failed their checksum, {errors_repaired} repaired"
+                );
+                if errors_detected > errors_repaired {
+                    self.events.push_error("thin_scrub_finished", message, dg, None);
+                } else if errors_detected > 0 {
+                    self.events.push_warning("thin_scrub_finished", message, dg, None);
+                } else {
+                    self.events.push_info("thin_scrub_finished", message, dg, None);
+                }
+            }
             ThinEvent::RecoveryFailed { reason } => {
                 drive.failure = Some(reason.clone());
                 self.events.push_critical(
@@ -378,7 +394,13 @@ impl DataPlane {
         let stats = drive.store.stats();
         let state = match &drive.failure {
             Some(reason) => format!("failed: {reason}"),
-            None if drive.store.is_ready() => "serving".into(),
+            None if drive.store.is_ready() => match drive.store.scrub_progress() {
+                Some(progress) => format!(
+                    "serving, scrubbing {:.1}%",
+                    progress.position_blocks as f64 * 100.0 / progress.total_blocks.max(1) as f64
+                ),
+                None => "serving".into(),
+            },
             None if drive.store.is_stopped() => "stopped".into(),
             None => "starting".into(),
         };

@@ -5,7 +5,10 @@ mod clean;
 mod log;
 mod read;
 mod recover;
+mod scrub;
 mod write;
+
+pub use scrub::ScrubProgress;
 
 use crate::codec::{Codec, Compressor};
 use crate::format::{CheckpointHeader, Location};
@@ -161,6 +164,12 @@ pub enum ThinEvent {
     },
     /// The store could not start.
     RecoveryFailed { reason: String },
+    /// A scrub read every live block: how many, and the checksum failures it met.
+    ScrubFinished {
+        checked_blocks: u64,
+        errors_detected: u64,
+        errors_repaired: u64,
+    },
 }
 
 #[derive(Debug, PartialEq)]
@@ -339,6 +348,7 @@ pub struct Store {
     checkpoint: Option<CheckpointWork>,
     record_bytes_since_checkpoint: u64,
     cleaning: Option<u64>,
+    scrub: Option<scrub::Scrub>,
     low_space_reported: bool,
     recovery: Option<recover::Recovery>,
     /// What start-up may vouch for as durable (see `recover.rs`).
@@ -415,6 +425,7 @@ impl Store {
             checkpoint: None,
             record_bytes_since_checkpoint: 0,
             cleaning: None,
+            scrub: None,
             low_space_reported: false,
             recovery: None,
             recovered_durable_seq: 0,

@@ -16,6 +16,8 @@ pub(super) enum Purpose {
     MergeTail,
     /// Cleaning met a block that fails its checksum: repair (and so move) it.
     Repair,
+    /// A scrub's check of live blocks.
+    Scrub,
 }
 
 pub(super) struct ReadState {
@@ -247,6 +249,7 @@ impl Store {
             Purpose::MergeHead => self.merge_read_done(true, result),
             Purpose::MergeTail => self.merge_read_done(false, result),
             Purpose::Repair => {}
+            Purpose::Scrub => self.scrub_read_done(),
         }
     }
 }
