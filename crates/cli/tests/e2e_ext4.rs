@@ -1,6 +1,6 @@
-//! A real block device on a Tessera virtual drive (nbdfuse + losetup): ext4 made, mounted,
-//! filled with a directory tree; a member fails; after unmounting, fsck finds the filesystem
-//! clean and, mounted again, every file compares equal.
+//! A real block device on a Tessera virtual drive, thick and thin (nbdfuse + losetup): ext4
+//! made, mounted, filled with a directory tree; a member fails; after unmounting, fsck finds
+//! the filesystem clean and, mounted again, every file compares equal.
 
 mod daemon;
 use daemon::{Daemon, have, sh};
@@ -31,6 +31,16 @@ fn is_root() -> bool {
 
 #[test]
 fn ext4_on_a_virtual_drive_survives_a_member_failure() {
+    ext4_survives_a_member_failure(false);
+}
+
+/// The same on a thin drive (compressed, overcommitted: 512 MiB seen over 288 MiB of group).
+#[test]
+fn ext4_on_a_thin_virtual_drive_survives_a_member_failure() {
+    ext4_survives_a_member_failure(true);
+}
+
+fn ext4_survives_a_member_failure(thin: bool) {
     if !is_root() {
         eprintln!("SKIPPED: mounting needs root");
         return;
@@ -53,7 +63,18 @@ fn ext4_on_a_virtual_drive_survives_a_member_failure() {
         return;
     }
     let daemon = Daemon::start();
-    let uri = daemon.group_with_vd("5", 4, 96 << 20, "fs", 192 << 20);
+    let uri = if thin {
+        let ids = daemon.add_file_drives(4, 96 << 20);
+        let mut args = vec!["dg", "create", "--level", "5", "--chunk", "64K"];
+        args.extend(ids.iter().map(String::as_str));
+        daemon.ok(&args);
+        daemon.ok(&[
+            "vd", "create", "0", "--size", "512M", "--name", "fs", "--thin",
+        ]);
+        daemon.uri("fs")
+    } else {
+        daemon.group_with_vd("5", 4, 96 << 20, "fs", 192 << 20)
+    };
     let fuse_dir = daemon.path("fuse");
     let mount_dir = daemon.path("mnt");
     std::fs::create_dir_all(&fuse_dir).unwrap();
