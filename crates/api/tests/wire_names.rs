@@ -116,7 +116,8 @@ fn objects_have_the_documented_keys() {
         documented(
             "logical_used_bytes physical_used_bytes host_bytes_written member_bytes_written \
              write_amplification compression_ratio checksum_errors_detected checksum_errors_repaired \
-             capacity_bytes free_bytes cleaning_bytes_written overcommit_ratio state"
+             capacity_bytes free_bytes cleaning_bytes_written overcommit_ratio state \
+             map_memory_bytes"
         )
     );
 

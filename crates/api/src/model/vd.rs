@@ -78,6 +78,9 @@ pub struct ThinStatsView {
     /// Serving, starting (replaying its log), stopped, or failed (with why).
     #[serde(default)]
     pub state: String,
+    /// Memory the drive's block map takes in the daemon.
+    #[serde(default)]
+    pub map_memory_bytes: u64,
 }
 
 /// A virtual drive, as `GET /v1/vds/{name}` answers.

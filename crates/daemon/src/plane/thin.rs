@@ -389,6 +389,7 @@ impl DataPlane {
                 cleaning_bytes_written: 0,
                 overcommit_ratio: 0.0,
                 state: "not started".into(),
+                map_memory_bytes: 0,
             });
         };
         let stats = drive.store.stats();
@@ -418,6 +419,7 @@ impl DataPlane {
             cleaning_bytes_written: stats.cleaning_bytes,
             overcommit_ratio: thin.logical_bytes as f64 / stats.physical_bytes.max(1) as f64,
             state,
+            map_memory_bytes: stats.map_memory_bytes,
         })
     }
 
