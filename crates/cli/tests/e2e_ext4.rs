@@ -64,12 +64,9 @@ fn ext4_survives_a_member_failure(thin: bool) {
     }
     let daemon = Daemon::start();
     let uri = if thin {
-        let ids = daemon.add_file_drives(4, 96 << 20);
-        let mut args = vec!["dg", "create", "--level", "5", "--chunk", "64K"];
-        args.extend(ids.iter().map(String::as_str));
-        daemon.ok(&args);
+        let dg = daemon.group("5", 4, 96 << 20);
         daemon.ok(&[
-            "vd", "create", "0", "--size", "512M", "--name", "fs", "--thin",
+            "vd", "create", &dg, "--size", "512M", "--name", "fs", "--thin",
         ]);
         daemon.uri("fs")
     } else {

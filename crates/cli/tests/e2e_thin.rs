@@ -38,16 +38,28 @@ fn allocation_map(uri: &str) -> Vec<(u64, u64, String)> {
         .collect()
 }
 
+/// fio through its nbd engine: whether it succeeded, and what it printed.
+fn fio_over_nbd(uri: &str, options: &[&str]) -> (bool, String) {
+    let output = Command::new("fio")
+        .args(["--name=job", "--ioengine=nbd", &format!("--uri={uri}")])
+        .args(options)
+        .output()
+        .expect("fio");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
 #[test]
 fn thin_drive_compresses_maps_holes_and_keeps_flushed_data() {
     if !have("fio") || !have("nbdinfo") {
         return;
     }
     let mut daemon = Daemon::start();
-    let ids = daemon.add_file_drives(4, 96 << 20);
-    let mut args = vec!["dg", "create", "--level", "5", "--chunk", "64K"];
-    args.extend(ids.iter().map(String::as_str));
-    daemon.ok(&args);
+    daemon.group("5", 4, 96 << 20);
     // More logical space than the group has: overcommit is allowed and reported.
     daemon.ok(&[
         "vd", "create", "0", "--size", "1G", "--name", "thin", "--thin",
@@ -129,10 +141,7 @@ fn a_full_thin_drive_fails_writes_with_enospc_and_recovers_after_trim() {
         return;
     }
     let daemon = Daemon::start();
-    let ids = daemon.add_file_drives(4, 64 << 20);
-    let mut args = vec!["dg", "create", "--level", "5", "--chunk", "64K"];
-    args.extend(ids.iter().map(String::as_str));
-    daemon.ok(&args);
+    daemon.group("5", 4, 64 << 20);
     daemon.ok(&[
         "vd",
         "create",
@@ -157,29 +166,18 @@ fn a_full_thin_drive_fails_writes_with_enospc_and_recovers_after_trim() {
     );
 
     // Incompressible data past the physical space: fio must see ENOSPC.
-    let output = Command::new("fio")
-        .args([
-            "--name=fill",
-            "--ioengine=nbd",
-            &format!("--uri={uri}"),
+    let (filled, text) = fio_over_nbd(
+        &uri,
+        &[
             "--offset=8M",
             "--size=200M",
             "--rw=write",
             "--bs=128k",
             "--iodepth=8",
             "--end_fsync=1",
-        ])
-        .output()
-        .expect("fio");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+        ],
     );
-    assert!(
-        !output.status.success(),
-        "writes past the space succeeded: {text}"
-    );
+    assert!(!filled, "writes past the space succeeded: {text}");
     assert!(
         text.contains("No space left on device") || text.contains("error=28"),
         "fio did not see ENOSPC: {text}"
@@ -195,19 +193,11 @@ fn a_full_thin_drive_fails_writes_with_enospc_and_recovers_after_trim() {
     );
 
     // Trimming the filler makes room: writes work again.
-    let output = Command::new("fio")
-        .args([
-            "--name=trim",
-            "--ioengine=nbd",
-            &format!("--uri={uri}"),
-            "--offset=8M",
-            "--size=200M",
-            "--rw=trim",
-            "--bs=1m",
-        ])
-        .output()
-        .expect("fio");
-    assert!(output.status.success(), "trim failed: {output:?}");
+    let (trimmed, text) = fio_over_nbd(
+        &uri,
+        &["--offset=8M", "--size=200M", "--rw=trim", "--bs=1m"],
+    );
+    assert!(trimmed, "trim failed: {text}");
     fio_verify(
         &uri,
         "8M",

@@ -94,16 +94,21 @@ impl GroupConfig {
         Ok(config)
     }
 
-    /// The first gap of `size_bytes` (at `align_bytes`) in a data space of `data_bytes`.
-    pub fn find_space(&self, size_bytes: u64, align_bytes: u64, data_bytes: u64) -> Option<u64> {
+    /// The extents of the virtual drives, `(start, end)`, in order.
+    fn taken(&self) -> Vec<(u64, u64)> {
         let mut taken: Vec<(u64, u64)> = self
             .virtual_drives
             .iter()
             .map(|vd| (vd.offset_bytes, vd.offset_bytes + vd.size_bytes))
             .collect();
         taken.sort_unstable();
+        taken
+    }
+
+    /// The first gap of `size_bytes` (at `align_bytes`) in a data space of `data_bytes`.
+    pub fn find_space(&self, size_bytes: u64, align_bytes: u64, data_bytes: u64) -> Option<u64> {
         let mut candidate = 0u64;
-        for (start, end) in taken {
+        for (start, end) in self.taken() {
             if candidate + size_bytes <= start {
                 return Some(candidate);
             }
@@ -115,12 +120,7 @@ impl GroupConfig {
     /// The largest gap (start aligned to `align_bytes`): where a thin drive takes all the
     /// space left by default. `(offset, size)`.
     pub fn largest_space(&self, align_bytes: u64, data_bytes: u64) -> Option<(u64, u64)> {
-        let mut taken: Vec<(u64, u64)> = self
-            .virtual_drives
-            .iter()
-            .map(|vd| (vd.offset_bytes, vd.offset_bytes + vd.size_bytes))
-            .collect();
-        taken.sort_unstable();
+        let mut taken = self.taken();
         taken.push((data_bytes, data_bytes));
         let mut best: Option<(u64, u64)> = None;
         let mut candidate = 0u64;

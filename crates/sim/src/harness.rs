@@ -45,6 +45,23 @@ impl Harness {
         )
     }
 
+    /// A group for focused tests: 16 MiB in-memory members, a 16 MiB buffer pool, and the
+    /// naive parity arithmetic (the reference the kernels are checked against).
+    pub fn for_test(level: Level, members: usize, chunk_bytes: u64) -> Harness {
+        let config = EngineConfig {
+            pool_bytes: 16 << 20,
+            ..EngineConfig::default()
+        };
+        Harness::new(
+            level,
+            members,
+            chunk_bytes,
+            16 << 20,
+            config,
+            Arc::new(tessera_parity::Naive),
+        )
+    }
+
     /// Like `new`, with a journal mode.
     pub fn with_journal(
         level: Level,

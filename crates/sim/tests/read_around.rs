@@ -2,26 +2,14 @@
 //! member (which a plain read returns as it is) is read around: parity levels reconstruct the
 //! chunk from the rest of the stripe, mirrors read the other copy; nothing is rewritten.
 
-use std::sync::Arc;
-use tessera_raid::engine::{EngineConfig, HostError};
+use tessera_raid::engine::HostError;
 use tessera_raid::geometry::Level;
 use tessera_sim::harness::Harness;
 
 const CHUNK: u64 = 16 << 10;
 
 fn harness(level: Level, members: usize) -> Harness {
-    let config = EngineConfig {
-        pool_bytes: 16 << 20,
-        ..EngineConfig::default()
-    };
-    Harness::new(
-        level,
-        members,
-        CHUNK,
-        16 << 20,
-        config,
-        Arc::new(tessera_parity::Naive),
-    )
+    Harness::for_test(level, members, CHUNK)
 }
 
 fn pattern(len: usize) -> Vec<u8> {

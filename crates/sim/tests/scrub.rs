@@ -1,26 +1,14 @@
 //! Scrub finds what silently changed on a member and, with repair, fixes it: RAID5 and mirrors
 //! rewrite parity (the copies) from the data, RAID6 locates the bad chunk and corrects it.
 
-use std::sync::Arc;
-use tessera_raid::engine::{EngineConfig, GroupEvent, ScrubResult};
+use tessera_raid::engine::{GroupEvent, ScrubResult};
 use tessera_raid::geometry::{Column, Level};
 use tessera_sim::harness::Harness;
 
 const CHUNK: u64 = 16 << 10;
 
 fn harness(level: Level, members: usize) -> Harness {
-    let config = EngineConfig {
-        pool_bytes: 16 << 20,
-        ..EngineConfig::default()
-    };
-    Harness::new(
-        level,
-        members,
-        CHUNK,
-        16 << 20,
-        config,
-        Arc::new(tessera_parity::Naive),
-    )
+    Harness::for_test(level, members, CHUNK)
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {

@@ -210,6 +210,14 @@ impl Daemon {
             .collect()
     }
 
+    /// A group (64 KiB chunks) over `members` new file drives; returns its id.
+    pub fn group(&self, level: &str, members: usize, member_bytes: u64) -> String {
+        let ids = self.add_file_drives(members, member_bytes);
+        let mut args = vec!["dg", "create", "--level", level, "--chunk", "64K"];
+        args.extend(ids.iter().map(String::as_str));
+        self.json(&args)["id"].to_string()
+    }
+
     /// A group over new file drives and one virtual drive spanning `vd_bytes`; returns the URI.
     pub fn group_with_vd(
         &self,
@@ -219,11 +227,7 @@ impl Daemon {
         vd_name: &str,
         vd_bytes: u64,
     ) -> String {
-        let ids = self.add_file_drives(members, member_bytes);
-        let mut args = vec!["dg", "create", "--level", level, "--chunk", "64K"];
-        args.extend(ids.iter().map(String::as_str));
-        let group = self.json(&args);
-        let dg = group["id"].to_string();
+        let dg = self.group(level, members, member_bytes);
         let size = vd_bytes.to_string();
         self.ok(&["vd", "create", &dg, "--size", &size, "--name", vd_name]);
         self.uri(vd_name)

@@ -715,6 +715,25 @@ impl DataPlane {
         }
     }
 
+    /// Counts an answered request on its connection and drive; false if the connection is
+    /// gone.
+    fn book_answer(&mut self, pending: &HostRequest) -> bool {
+        let Some(connection) = self.connections.get_mut(pending.connection) else {
+            return false;
+        };
+        connection.in_flight -= 1;
+        let Phase::Serving(serving) = &connection.phase else {
+            unreachable!("requests only while serving")
+        };
+        count_vd_io(
+            &mut self.vd_io,
+            serving.negotiated.export_name(),
+            &pending.request,
+            pending.submitted,
+        );
+        true
+    }
+
     /// A thin drive's store answered a request.
     pub(super) fn thin_host_reply(
         &mut self,
@@ -724,21 +743,18 @@ impl DataPlane {
         let Some(Requester::Host(pending)) = self.requests.remove(id) else {
             return;
         };
-        let Some(connection) = self.connections.get_mut(pending.connection) else {
+        if !self.book_answer(&pending) {
             return;
-        };
-        connection.in_flight -= 1;
+        }
+        let connection = self
+            .connections
+            .get_mut(pending.connection)
+            .expect("booked");
         let request = pending.request;
         let Phase::Serving(serving) = &connection.phase else {
             unreachable!("requests only while serving")
         };
         let negotiated = &serving.negotiated;
-        count_vd_io(
-            &mut self.vd_io,
-            negotiated.export_name(),
-            &request,
-            pending.submitted,
-        );
         let outgoing = match result {
             Ok(Some(data)) => {
                 let mut head = Vec::new();
@@ -791,24 +807,21 @@ impl DataPlane {
             }
             None => return,
         };
-        let Some(connection) = self.connections.get_mut(pending.connection) else {
+        if !self.book_answer(&pending) {
             if let Ok(Some(buffer)) = reply.result {
                 self.free_buffer(Some(group), buffer);
             }
             return;
-        };
-        connection.in_flight -= 1;
+        }
+        let connection = self
+            .connections
+            .get_mut(pending.connection)
+            .expect("booked");
         let request = pending.request;
         let Phase::Serving(serving) = &connection.phase else {
             unreachable!("requests only while serving")
         };
         let negotiated = &serving.negotiated;
-        count_vd_io(
-            &mut self.vd_io,
-            negotiated.export_name(),
-            &request,
-            pending.submitted,
-        );
         let outgoing = match reply.result {
             Ok(Some(buffer)) if !connection.closing => {
                 let mut head = Vec::new();
