@@ -220,6 +220,15 @@ impl DataPlane {
                 }
             }
             LowerOp::Flush => HostOp::Flush,
+            // The engine applies it when admitted, before anything the store issues later
+            // (the backlog keeps the order), which is what the store relies on.
+            LowerOp::Trim {
+                offset_bytes,
+                len_bytes,
+            } => HostOp::Trim {
+                offset_bytes: base + offset_bytes,
+                len_bytes: *len_bytes,
+            },
         };
         let id = self.requests.insert(Requester::Thin {
             vd: name.to_string(),

@@ -199,6 +199,9 @@ impl Store {
         self.durable_checkpoint = Some(header);
         if self.phase == Phase::Formatting {
             self.phase = Phase::Ready;
+            // Whatever the extent held before is not needed.
+            let free: Vec<u64> = self.free.iter().copied().collect();
+            self.trim_free_runs(&free);
             return;
         }
         let work = self.checkpoint.take().expect("checkpoint");
@@ -209,6 +212,7 @@ impl Store {
         for &segment in &work.chain {
             self.segments[segment as usize].in_chain = true;
         }
+        let mut freed = Vec::new();
         for segment in work.candidates {
             let entry = &mut self.segments[segment as usize];
             if entry.used
@@ -220,8 +224,10 @@ impl Store {
             {
                 entry.used = false;
                 self.free.insert(segment);
+                freed.push(segment);
             }
         }
+        self.trim_free_runs(&freed);
         self.stats.checkpoints += 1;
         self.durable_cap = None;
         if self.phase == Phase::Stopping && self.final_checkpoint_started {

@@ -137,6 +137,14 @@ pub enum LowerOp {
         data: Arc<Vec<u8>>,
     },
     Flush,
+    /// The range holds nothing the store needs (free segments): the group may forget it, so
+    /// that a rebuild or scrub skips it. It may read back as zeroes or as it was. It takes
+    /// effect before any command issued after it (the store writes records into the range
+    /// again without waiting for it).
+    Trim {
+        offset_bytes: u64,
+        len_bytes: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -213,6 +221,7 @@ pub struct Stats {
 enum Pending {
     RecordWrite { seq: u64 },
     Flush,
+    Trim,
     SlotWrite,
     SlotRead { slot: u64 },
     ReplayRead { first_record: u64 },
@@ -568,6 +577,8 @@ impl Store {
         match pending {
             Pending::RecordWrite { seq } => self.record_written(seq, result.is_ok()),
             Pending::Flush => self.flush_done(result.is_ok()),
+            // Advisory: whether the group forgot the range or not changes nothing.
+            Pending::Trim => {}
             Pending::SlotWrite => self.slot_written(result.is_ok()),
             Pending::SlotRead { slot } => self.slot_read(slot, result),
             Pending::ReplayRead { first_record } => self.replay_read(first_record, result),
@@ -672,6 +683,36 @@ impl Store {
         self.outputs
             .push_back(Output::Lower(LowerCommand { id, op }));
         id
+    }
+
+    /// Tells the group that the runs of free segments containing `segments` hold nothing.
+    fn trim_free_runs(&mut self, segments: &[u64]) {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for &segment in segments {
+            if !self.free.contains(&segment) || runs.iter().any(|&(s, e)| (s..e).contains(&segment))
+            {
+                continue;
+            }
+            let mut start = segment;
+            while start > 0 && self.free.contains(&(start - 1)) {
+                start -= 1;
+            }
+            let mut end = segment + 1;
+            while self.free.contains(&end) {
+                end += 1;
+            }
+            runs.push((start, end));
+        }
+        let segment_bytes = self.layout.segment_bytes();
+        for (start, end) in runs {
+            self.issue(
+                LowerOp::Trim {
+                    offset_bytes: self.layout.record_offset(self.layout.first_record(start)),
+                    len_bytes: (end - start) * segment_bytes,
+                },
+                Pending::Trim,
+            );
+        }
     }
 
     /// The block-aligned sector range a stored block occupies.

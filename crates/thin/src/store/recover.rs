@@ -353,6 +353,8 @@ impl Store {
         }
         self.durable_seq = self.recovered_durable_seq;
         self.phase = Phase::Ready;
+        let free: Vec<u64> = self.free.iter().copied().collect();
+        self.trim_free_runs(&free);
         if self.recovered_torn {
             // Moves the start of replay past the torn records.
             self.start_checkpoint();
