@@ -262,6 +262,10 @@ pub enum VdCommand {
         /// size seen by hosts may exceed it.
         #[arg(long, value_name = "SIZE", requires = "thin", value_parser = values::vd_size)]
         physical: Option<u64>,
+        /// Raise a low-space event when a thin drive's free space falls below this percent of
+        /// its capacity (default 10).
+        #[arg(long, value_name = "PERCENT", requires = "thin", value_parser = clap::value_parser!(u8).range(1..=90))]
+        low_space_percent: Option<u8>,
         /// Only these clients may connect (repeatable; any match admits): uid:N or gid:N for
         /// the NBD Unix socket, net:ADDRESS/PREFIX for TCP, tls:NAME for a TLS client
         /// certificate valid for NAME. Default: every client.

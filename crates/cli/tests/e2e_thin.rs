@@ -155,6 +155,8 @@ fn a_full_thin_drive_fails_writes_with_enospc_and_recovers_after_trim() {
         "24M",
         "--compression",
         "none",
+        "--low-space-percent",
+        "90",
     ]);
     let uri = daemon.uri("small");
     // Something that must stay readable.
@@ -164,6 +166,10 @@ fn a_full_thin_drive_fails_writes_with_enospc_and_recovers_after_trim() {
         &["--randseed=21", "--end_fsync=1"],
         daemon.dir.path(),
     );
+    // A fifth of the space used is already below the 90% free asked for.
+    let events = daemon.ok(&["events"]);
+    assert!(events.contains("low_space"), "{events}");
+    assert!(!events.contains("no_space"), "{events}");
 
     // Incompressible data past the physical space: fio must see ENOSPC.
     let (filled, text) = fio_over_nbd(

@@ -28,6 +28,13 @@ pub struct ThinRecord {
     pub compression: Compression,
     /// Tells this drive's log records from stale bytes of an earlier drive in the extent.
     pub store_id: u64,
+    /// A low-space event is raised when free space falls below this share of the extent.
+    #[serde(default = "default_low_space_percent")]
+    pub low_space_percent: u8,
+}
+
+fn default_low_space_percent() -> u8 {
+    10
 }
 
 impl VdRecord {

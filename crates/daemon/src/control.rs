@@ -220,14 +220,25 @@ impl Controller for Control {
     }
 
     fn create_vd(&self, body: CreateVd) -> Result<VdView, ApiError> {
-        if !body.thin && (body.compression.is_some() || body.physical_bytes.is_some()) {
+        if !body.thin
+            && (body.compression.is_some()
+                || body.physical_bytes.is_some()
+                || body.low_space_percent.is_some())
+        {
             return Err(ApiError::invalid_argument(
-                "compression and physical size apply only to thin virtual drives",
+                "compression, physical size and low-space threshold apply only to thin virtual drives",
+            ));
+        }
+        let low_space_percent = body.low_space_percent.unwrap_or(10);
+        if !(1..=90).contains(&low_space_percent) {
+            return Err(ApiError::invalid_argument(
+                "the low-space threshold is a percentage from 1 to 90",
             ));
         }
         let thin = body.thin.then(|| NewThin {
             compression: body.compression.unwrap_or(Compression::Lz4),
             physical_bytes: body.physical_bytes,
+            low_space_percent,
         });
         let (name, generation) = self
             .call(move |plane| {

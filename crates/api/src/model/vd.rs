@@ -131,6 +131,10 @@ pub struct CreateVd {
     /// The group data space a thin drive's log takes (`None`: the largest free extent).
     #[serde(default)]
     pub physical_bytes: Option<u64>,
+    /// A thin drive raises a low-space event when its free space falls below this share of
+    /// its capacity, in percent (1 to 90; `None`: 10).
+    #[serde(default)]
+    pub low_space_percent: Option<u8>,
     /// Access rules (`uid:N`, `gid:N`, `net:ADDRESS/PREFIX`); none: every client.
     #[serde(default)]
     pub allow: Vec<String>,

@@ -17,6 +17,8 @@ pub struct NewThin {
     pub compression: Compression,
     /// The group space its log takes (`None`: the largest free extent).
     pub physical_bytes: Option<u64>,
+    /// Free space (percent of its extent) below which a low-space event is raised.
+    pub low_space_percent: u8,
 }
 
 /// Why an administrative operation was refused.
@@ -680,6 +682,7 @@ impl DataPlane {
             thin: thin.map(|thin| ThinRecord {
                 logical_bytes: size_bytes,
                 compression: thin.compression,
+                low_space_percent: thin.low_space_percent,
                 store_id: u64::from_le_bytes(random_uuid().0[..8].try_into().expect("8 bytes")),
             }),
         };

@@ -47,7 +47,7 @@ fn store_config(group: &Group, vd: &VdRecord, thin: &ThinRecord) -> Config {
             _ => 3,
         },
         member_bytes_per_data_byte: members / data,
-        low_space_percent: 10,
+        low_space_percent: thin.low_space_percent,
     }
 }
 
