@@ -166,6 +166,18 @@ fn a_full_thin_drive_fails_writes_with_enospc_and_recovers_after_trim() {
         &["--randseed=21", "--end_fsync=1"],
         daemon.dir.path(),
     );
+    // A second thin drive takes the rest of the group; a third finds no room, and says so.
+    daemon.ok(&[
+        "vd", "create", "0", "--size", "1G", "--name", "rest", "--thin",
+    ]);
+    let refused = daemon.run(&["vd", "create", "0", "--size", "1G", "--thin"]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("no free space for a thin drive's log"),
+        "{stderr}"
+    );
+
     // A fifth of the space used is already below the 90% free asked for.
     let events = daemon.ok(&["events"]);
     assert!(events.contains("low_space"), "{events}");

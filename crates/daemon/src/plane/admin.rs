@@ -669,10 +669,12 @@ impl DataPlane {
             .find_space(extent_bytes, align, data_bytes)
             .filter(|_| extent_bytes > 0)
             .ok_or_else(|| {
-                AdminError::Conflict(format!(
-                    "drive group {dg} has no free extent of {extent_bytes} bytes ({} bytes free in all)",
-                    group.config.free_bytes(data_bytes)
-                ))
+                let free = group.config.free_bytes(data_bytes);
+                AdminError::Conflict(if extent_bytes == 0 {
+                    format!("drive group {dg} has no free space for a thin drive's log ({free} bytes free in all)")
+                } else {
+                    format!("drive group {dg} has no free extent of {extent_bytes} bytes ({free} bytes free in all)")
+                })
             })?;
         let record = VdRecord {
             name: name.clone(),
