@@ -688,12 +688,15 @@ impl DataPlane {
                 store_id: u64::from_le_bytes(random_uuid().0[..8].try_into().expect("8 bytes")),
             }),
         };
+        // The space a thin drive's log can use: its extent less the checkpoint slots.
+        let mut capacity_bytes = extent_bytes;
         if let Some(thin) = &record.thin {
-            super::thin::check_layout(group, &record, thin).map_err(|error| {
+            let layout = super::thin::check_layout(group, &record, thin).map_err(|error| {
                 AdminError::Conflict(format!(
                     "a thin drive cannot live in {extent_bytes} bytes of drive group {dg}: {error}"
                 ))
             })?;
+            capacity_bytes = layout.data_bytes();
         }
         let mut config = group.config.clone();
         config.virtual_drives.push(record.clone());
@@ -705,8 +708,8 @@ impl DataPlane {
         let message = match &record.thin {
             None => format!("virtual drive {name} created on drive group {dg}: {size_bytes} bytes"),
             Some(thin) => format!(
-                "thin virtual drive {name} created on drive group {dg}: {size_bytes} bytes seen by hosts in {extent_bytes} bytes of the group ({:.2}x), {} compression",
-                size_bytes as f64 / extent_bytes as f64,
+                "thin virtual drive {name} created on drive group {dg}: {size_bytes} bytes seen by hosts over {capacity_bytes} bytes of the group (overcommitted {:.2}x), {} compression",
+                size_bytes as f64 / capacity_bytes as f64,
                 thin.compression
             ),
         };

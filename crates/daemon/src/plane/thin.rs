@@ -52,9 +52,14 @@ fn store_config(group: &Group, vd: &VdRecord, thin: &ThinRecord) -> Config {
 }
 
 /// Checks that a thin drive fits its extent (a store can be laid out in it).
-pub(crate) fn check_layout(group: &Group, vd: &VdRecord, thin: &ThinRecord) -> Result<(), String> {
+/// The layout a thin drive's store would have, or why its extent cannot hold one.
+pub(crate) fn check_layout(
+    group: &Group,
+    vd: &VdRecord,
+    thin: &ThinRecord,
+) -> Result<tessera_thin::layout::Layout, String> {
     let config = store_config(group, vd, thin);
-    tessera_thin::layout::Layout::new(config.extent_bytes, config.stripe_bytes).map(|_| ())
+    tessera_thin::layout::Layout::new(config.extent_bytes, config.stripe_bytes)
 }
 
 impl DataPlane {
