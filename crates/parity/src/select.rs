@@ -449,9 +449,14 @@ impl Trial {
         // steps of a microsecond or more, as long as a whole call.
         let started = Instant::now();
         let mut batch = 0u32;
-        while started.elapsed() < BATCH_TIME {
+        // At least one call: a thread descheduled before the first check would otherwise
+        // leave an empty batch (and a division by zero below).
+        loop {
             self.call(kernel, operation, data_chunks);
             batch += 1;
+            if started.elapsed() >= BATCH_TIME {
+                break;
+            }
         }
         let deadline = Instant::now() + trial_time;
         let mut best = Duration::MAX;
