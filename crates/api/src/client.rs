@@ -1,11 +1,16 @@
-//! A blocking client of the management API over its Unix socket: one connection per request,
-//! typed answers, and errors that say what to do when the daemon is not there.
+//! A blocking client of the management API over its Unix socket, or over TLS with the API
+//! token: one connection per request, typed answers, and errors that say what to do when the
+//! daemon is not there.
 
 use std::fmt;
-use std::io::{self, BufReader, Write};
+use std::io::{self, BufReader, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+
+use rustls::pki_types::ServerName;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -15,21 +20,23 @@ use crate::model::{
     ApiError, CreateDg, CreatePd, CreateVd, DgRef, DgView, Empty, ErrorBody, EventView, InfoView,
     PdView, ReplacePd, ScrubDg, SetVd, UpdateDg, VdView,
 };
+use crate::tls::ApiToken;
 
 /// Why a request did not get a successful answer.
 #[derive(Debug)]
 pub enum ClientError {
-    /// The daemon's socket could not be connected to.
+    /// The daemon's socket (or TCP address) could not be connected to.
     Connect {
-        /// The socket path.
-        path: PathBuf,
+        /// The socket path, or the `https://` URL.
+        endpoint: String,
         /// The failure.
         source: io::Error,
     },
-    /// The connection broke or timed out during the request.
+    /// The connection broke or timed out during the request (over TLS: or the TLS handshake
+    /// failed, for instance because the daemon's certificate is not trusted).
     Transport {
-        /// The socket path.
-        path: PathBuf,
+        /// The socket path, or the `https://` URL.
+        endpoint: String,
         /// The failure.
         source: io::Error,
     },
@@ -43,39 +50,47 @@ pub enum ClientError {
 impl fmt::Display for ClientError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ClientError::Connect { path, source } => {
-                let path = path.display();
-                match source.kind() {
-                    io::ErrorKind::ConnectionRefused => write!(
-                        f,
-                        "cannot reach the Tessera daemon at {path}: connection refused — is `tessera serve` running?"
-                    ),
-                    io::ErrorKind::NotFound => write!(
-                        f,
-                        "cannot reach the Tessera daemon at {path}: no such socket — is `tessera serve` running (and is --api-socket right)?"
-                    ),
-                    io::ErrorKind::PermissionDenied => write!(
-                        f,
-                        "cannot reach the Tessera daemon at {path}: permission denied — the API socket is only for the daemon's user (root by default)"
-                    ),
-                    _ => write!(f, "cannot reach the Tessera daemon at {path}: {source}"),
-                }
+            ClientError::Connect { endpoint, source } if endpoint.starts_with("https://") => {
+                write!(
+                    f,
+                    "cannot reach the Tessera daemon at {endpoint}: {source} — is `tessera serve --api-listen` running there (and is --api-url right)?"
+                )
             }
-            ClientError::Transport { path, source } => {
+            ClientError::Connect {
+                endpoint: path,
+                source,
+            } => match source.kind() {
+                io::ErrorKind::ConnectionRefused => write!(
+                    f,
+                    "cannot reach the Tessera daemon at {path}: connection refused — is `tessera serve` running?"
+                ),
+                io::ErrorKind::NotFound => write!(
+                    f,
+                    "cannot reach the Tessera daemon at {path}: no such socket — is `tessera serve` running (and is --api-socket right)?"
+                ),
+                io::ErrorKind::PermissionDenied => write!(
+                    f,
+                    "cannot reach the Tessera daemon at {path}: permission denied — the API socket is only for the daemon's user (root by default)"
+                ),
+                _ => write!(f, "cannot reach the Tessera daemon at {path}: {source}"),
+            },
+            ClientError::Transport { endpoint, source } => {
                 if matches!(
                     source.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                 ) {
+                    write!(f, "the Tessera daemon at {endpoint} did not answer in time")
+                } else if source.kind() == io::ErrorKind::InvalidData
+                    && endpoint.starts_with("https://")
+                {
                     write!(
                         f,
-                        "the Tessera daemon at {} did not answer in time",
-                        path.display()
+                        "TLS with the Tessera daemon at {endpoint} failed: {source} — does --api-ca hold the CA that signed the daemon's certificate, valid for this host name?"
                     )
                 } else {
                     write!(
                         f,
-                        "lost the connection to the Tessera daemon at {}: {source}",
-                        path.display()
+                        "lost the connection to the Tessera daemon at {endpoint}: {source}"
                     )
                 }
             }
@@ -104,10 +119,30 @@ fn answer_limits() -> Limits {
     }
 }
 
+/// Where the daemon's management API is.
+#[derive(Clone, Debug)]
+enum Endpoint {
+    /// Its Unix socket.
+    Unix(PathBuf),
+    /// `tessera serve --api-listen`: TLS over TCP, with the token.
+    Tls(Arc<TlsEndpoint>),
+}
+
+#[derive(Debug)]
+struct TlsEndpoint {
+    /// `https://HOST:PORT`, for messages.
+    url: String,
+    /// `HOST:PORT`.
+    address: String,
+    server_name: ServerName<'static>,
+    config: Arc<rustls::ClientConfig>,
+    token: ApiToken,
+}
+
 /// A client of one daemon.
 #[derive(Clone, Debug)]
 pub struct Client {
-    socket_path: PathBuf,
+    endpoint: Endpoint,
     timeout: Duration,
 }
 
@@ -115,9 +150,39 @@ impl Client {
     /// A client of the daemon listening on `socket_path`. Nothing is connected until a request.
     pub fn new(socket_path: impl Into<PathBuf>) -> Client {
         Client {
-            socket_path: socket_path.into(),
+            endpoint: Endpoint::Unix(socket_path.into()),
             timeout: Duration::from_secs(300),
         }
+    }
+
+    /// A client of the daemon serving the API at `url` (`https://HOST:PORT`, from
+    /// `tessera serve --api-listen`), trusting the CA certificates in `ca` and sending `token`.
+    /// The certificate must be valid for HOST.
+    pub fn over_tls(url: &str, ca: &Path, token: ApiToken) -> Result<Client, String> {
+        let address = url
+            .strip_prefix("https://")
+            .map(|rest| rest.trim_end_matches('/'))
+            .filter(|rest| !rest.is_empty() && !rest.contains('/'))
+            .ok_or_else(|| format!("--api-url {url}: expected https://HOST:PORT"))?;
+        let host = match address.rsplit_once(':') {
+            Some((host, port)) if port.parse::<u16>().is_ok() => host,
+            _ => return Err(format!("--api-url {url}: expected https://HOST:PORT")),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let server_name = ServerName::try_from(host.to_string())
+            .map_err(|_| format!("--api-url {url}: {host} is not a host name or address"))?;
+        let config = crate::tls::client_config(ca)?;
+        let endpoint = TlsEndpoint {
+            url: format!("https://{address}"),
+            address: address.to_string(),
+            server_name,
+            config,
+            token,
+        };
+        Ok(Client {
+            endpoint: Endpoint::Tls(Arc::new(endpoint)),
+            timeout: Duration::from_secs(300),
+        })
     }
 
     /// Sets how long a request may wait for its answer (default 300 s: creating a group over
@@ -127,9 +192,12 @@ impl Client {
         self
     }
 
-    /// The socket path.
-    pub fn socket_path(&self) -> &Path {
-        &self.socket_path
+    /// The socket path or `https://` URL of the daemon, for messages.
+    pub fn endpoint(&self) -> String {
+        match &self.endpoint {
+            Endpoint::Unix(path) => path.display().to_string(),
+            Endpoint::Tls(tls) => tls.url.clone(),
+        }
     }
 
     /// `GET /v1/info`.
@@ -283,60 +351,127 @@ impl Client {
         path: &str,
         body: Option<&[u8]>,
     ) -> Result<(u16, Vec<u8>), ClientError> {
+        let endpoint = self.endpoint();
         let connect_error = |source| ClientError::Connect {
-            path: self.socket_path.clone(),
+            endpoint: endpoint.clone(),
             source,
         };
         let transport_error = |source| ClientError::Transport {
-            path: self.socket_path.clone(),
+            endpoint: endpoint.clone(),
             source,
         };
-        let mut stream = UnixStream::connect(&self.socket_path).map_err(connect_error)?;
-        stream
-            .set_read_timeout(Some(self.timeout))
-            .and_then(|()| stream.set_write_timeout(Some(self.timeout)))
-            .map_err(transport_error)?;
         let body = body.unwrap_or_default();
-        let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: tessera/{}\r\nAccept: application/json\r\nConnection: close\r\n",
-            env!("CARGO_PKG_VERSION")
-        );
-        if !body.is_empty() || method != "GET" {
-            request.push_str(&format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                body.len()
-            ));
+        match &self.endpoint {
+            Endpoint::Unix(socket_path) => {
+                let stream = UnixStream::connect(socket_path).map_err(connect_error)?;
+                stream
+                    .set_read_timeout(Some(self.timeout))
+                    .and_then(|()| stream.set_write_timeout(Some(self.timeout)))
+                    .map_err(transport_error)?;
+                exchange_on(stream, "localhost", None, method, path, body)
+                    .map_err(|error| error.on(&endpoint))
+            }
+            Endpoint::Tls(tls) => {
+                let addresses: Vec<_> = tls
+                    .address
+                    .to_socket_addrs()
+                    .map_err(connect_error)?
+                    .collect();
+                let stream = addresses
+                    .iter()
+                    .find_map(|address| TcpStream::connect_timeout(address, self.timeout).ok())
+                    .ok_or_else(|| {
+                        connect_error(io::Error::new(
+                            io::ErrorKind::ConnectionRefused,
+                            "no address of the host accepted a connection",
+                        ))
+                    })?;
+                stream
+                    .set_read_timeout(Some(self.timeout))
+                    .and_then(|()| stream.set_write_timeout(Some(self.timeout)))
+                    .and_then(|()| stream.set_nodelay(true))
+                    .map_err(transport_error)?;
+                let session =
+                    rustls::ClientConnection::new(Arc::clone(&tls.config), tls.server_name.clone())
+                        .map_err(|error| ClientError::Protocol(format!("TLS: {error}")))?;
+                let stream = rustls::StreamOwned::new(session, stream);
+                let host = tls.address.as_str();
+                exchange_on(stream, host, Some(&tls.token), method, path, body)
+                    .map_err(|error| error.on(&endpoint))
+            }
         }
-        request.push_str("\r\n");
-        let mut message = request.into_bytes();
-        message.extend_from_slice(body);
-        stream
-            .write_all(&message)
-            .and_then(|()| stream.flush())
-            .map_err(transport_error)?;
-
-        let limits = answer_limits();
-        let mut reader = BufReader::new(stream);
-        let http_error = |error: HttpError| match error {
-            HttpError::Io(source) => transport_error(source),
-            HttpError::Closed => ClientError::Protocol(
-                "the daemon closed the connection without answering".to_string(),
-            ),
-            other => ClientError::Protocol(other.to_string()),
-        };
-        let head = read_head(&mut reader, &limits)
-            .and_then(|head| parse_response_head(&head, &limits))
-            .map_err(http_error)?;
-        let length = head.content_length().map_err(http_error)?;
-        if length > limits.max_body_bytes {
-            return Err(ClientError::Protocol(format!(
-                "the answer of {length} bytes is larger than {} bytes",
-                limits.max_body_bytes
-            )));
-        }
-        let answer = read_body(&mut reader, length).map_err(http_error)?;
-        Ok((head.status, answer))
     }
+}
+
+/// A failure of one exchange, before it is tied to the endpoint.
+enum ExchangeError {
+    Io(io::Error),
+    Protocol(String),
+}
+
+impl ExchangeError {
+    fn on(self, endpoint: &str) -> ClientError {
+        match self {
+            ExchangeError::Io(source) => ClientError::Transport {
+                endpoint: endpoint.to_string(),
+                source,
+            },
+            ExchangeError::Protocol(message) => ClientError::Protocol(message),
+        }
+    }
+}
+
+/// Writes one request on `stream` and reads the answer's status and body.
+fn exchange_on<S: Read + Write>(
+    mut stream: S,
+    host: &str,
+    token: Option<&ApiToken>,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> Result<(u16, Vec<u8>), ExchangeError> {
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: tessera/{}\r\nAccept: application/json\r\nConnection: close\r\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    if let Some(token) = token {
+        request.push_str(&format!("Authorization: Bearer {}\r\n", token.secret()));
+    }
+    if !body.is_empty() || method != "GET" {
+        request.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    request.push_str("\r\n");
+    let mut message = request.into_bytes();
+    message.extend_from_slice(body);
+    stream
+        .write_all(&message)
+        .and_then(|()| stream.flush())
+        .map_err(ExchangeError::Io)?;
+
+    let limits = answer_limits();
+    let mut reader = BufReader::new(stream);
+    let http_error = |error: HttpError| match error {
+        HttpError::Io(source) => ExchangeError::Io(source),
+        HttpError::Closed => ExchangeError::Protocol(
+            "the daemon closed the connection without answering".to_string(),
+        ),
+        other => ExchangeError::Protocol(other.to_string()),
+    };
+    let head = read_head(&mut reader, &limits)
+        .and_then(|head| parse_response_head(&head, &limits))
+        .map_err(http_error)?;
+    let length = head.content_length().map_err(http_error)?;
+    if length > limits.max_body_bytes {
+        return Err(ExchangeError::Protocol(format!(
+            "the answer of {length} bytes is larger than {} bytes",
+            limits.max_body_bytes
+        )));
+    }
+    let answer = read_body(&mut reader, length).map_err(http_error)?;
+    Ok((head.status, answer))
 }
 
 fn dg_path(dg: &DgRef) -> String {

@@ -368,6 +368,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
         200 => "OK",
         201 => "Created",
         400 => "Bad Request",
+        401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
@@ -408,6 +409,9 @@ pub fn write_response<W: Write>(
     );
     if let Some(allow) = response.allow {
         head.push_str(&format!("Allow: {allow}\r\n"));
+    }
+    if response.status == 401 {
+        head.push_str("WWW-Authenticate: Bearer realm=\"tessera\"\r\n");
     }
     head.push_str(if keep_alive {
         "Connection: keep-alive\r\n\r\n"

@@ -13,6 +13,7 @@ pub mod peer;
 pub mod router;
 pub mod server;
 pub mod testing;
+pub mod tls;
 
 pub use client::{Client, ClientError};
 pub use controller::Controller;

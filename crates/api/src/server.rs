@@ -1,5 +1,6 @@
 //! The API server: a thread per connection, HTTP/1.1 keep-alive, on a Unix socket (the
-//! management API) or a TCP listener (metrics). Connection handling is generic over
+//! management API), a TCP listener (the read-only dashboard and metrics), or TLS over TCP with
+//! a bearer token (the management API from other hosts). Connection handling is generic over
 //! `Read + Write`, so any byte stream can be served.
 
 use std::collections::HashMap;
@@ -19,6 +20,7 @@ use crate::http::{
 };
 use crate::model::{ApiError, ErrorCode};
 use crate::router::{Router, error_response};
+use crate::tls::ApiToken;
 
 /// How the server runs.
 #[derive(Clone, Debug)]
@@ -106,6 +108,18 @@ pub fn serve_connection_as<S: Read + Write>(
     limits: &Limits,
     caller: &str,
 ) {
+    serve_requests(stream, router, limits, caller, None);
+}
+
+/// Serves requests; with `token`, each must carry it (`Authorization: Bearer`), and the first
+/// that does not is answered 401 and ends the connection.
+fn serve_requests<S: Read + Write>(
+    stream: S,
+    router: &Router,
+    limits: &Limits,
+    caller: &str,
+    token: Option<&ApiToken>,
+) {
     let mut reader = BufReader::new(stream);
     loop {
         let head = match read_head(&mut reader, limits)
@@ -139,6 +153,17 @@ pub fn serve_connection_as<S: Read + Write>(
             Ok(body) => body,
             Err(error) => return refuse(reader.get_mut(), &error),
         };
+        if let Some(token) = token
+            && !token.admits(head.header("authorization"))
+        {
+            let response = error_response(&ApiError::new(
+                ErrorCode::Unauthenticated,
+                "the management API over TCP needs its token: send `Authorization: Bearer TOKEN` (`tessera --api-token-file`)",
+            ));
+            router.audit(caller, &head.method, &head.target, response.status);
+            let _ = write_response(reader.get_mut(), &response, false);
+            return;
+        }
         let response = router.handle(&head.method, &head.target, &body);
         router.audit(caller, &head.method, &head.target, response.status);
         let keep_alive = head.keep_alive();
@@ -184,6 +209,10 @@ trait Transport: Send + Sync + 'static {
     /// Makes a blocked `accept` return; false if it could not (the socket file was removed
     /// under the daemon, say), and the accept thread is then left behind, still blocked.
     fn wake(&self) -> bool;
+    /// Serves one accepted connection, on its own thread.
+    fn serve(&self, stream: Self::Stream, router: &Router, limits: &Limits, caller: &str) {
+        serve_connection_as(stream, router, limits, caller);
+    }
 }
 
 struct UnixTransport {
@@ -223,6 +252,23 @@ struct TcpTransport {
     listener: TcpListener,
 }
 
+impl TcpTransport {
+    /// Listens on `address`; returns the transport and the `ip:port` bound.
+    fn bind(address: &str) -> Result<(TcpTransport, String), ServerError> {
+        let addresses: Vec<_> = address
+            .to_socket_addrs()
+            .map_err(io_error(format!("resolve {address}")))?
+            .collect();
+        let listener =
+            TcpListener::bind(&addresses[..]).map_err(io_error(format!("listen on {address}")))?;
+        let local_address = listener
+            .local_addr()
+            .map_err(io_error(format!("inspect {address}")))?
+            .to_string();
+        Ok((TcpTransport { listener }, local_address))
+    }
+}
+
 impl Transport for TcpTransport {
     type Stream = TcpStream;
 
@@ -260,6 +306,42 @@ impl Transport for TcpTransport {
             return TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_ok();
         }
         false
+    }
+}
+
+/// TLS over TCP, every request checked against the API token. The TLS handshake runs on the
+/// connection's thread (under its timeouts), so a slow client cannot hold up the accept loop.
+struct TlsTransport {
+    tcp: TcpTransport,
+    tls: Arc<rustls::ServerConfig>,
+    token: ApiToken,
+}
+
+impl Transport for TlsTransport {
+    type Stream = TcpStream;
+
+    fn accept(&self) -> io::Result<TcpStream> {
+        self.tcp.accept()
+    }
+
+    fn caller(stream: &TcpStream) -> String {
+        format!("{} (API token over TLS)", TcpTransport::caller(stream))
+    }
+
+    fn prepare(stream: &TcpStream, timeout: Duration) -> io::Result<Closer> {
+        TcpTransport::prepare(stream, timeout)
+    }
+
+    fn wake(&self) -> bool {
+        self.tcp.wake()
+    }
+
+    fn serve(&self, stream: TcpStream, router: &Router, limits: &Limits, caller: &str) {
+        let Ok(session) = rustls::ServerConnection::new(Arc::clone(&self.tls)) else {
+            return;
+        };
+        let stream = rustls::StreamOwned::new(session, stream);
+        serve_requests(stream, router, limits, caller, Some(&self.token));
     }
 }
 
@@ -367,23 +449,21 @@ impl ApiServer {
         config: ServerConfig,
         router: Router,
     ) -> Result<ApiServer, ServerError> {
-        let addresses: Vec<_> = address
-            .to_socket_addrs()
-            .map_err(io_error(format!("resolve {address}")))?
-            .collect();
-        let listener =
-            TcpListener::bind(&addresses[..]).map_err(io_error(format!("listen on {address}")))?;
-        let local_address = listener
-            .local_addr()
-            .map_err(io_error(format!("inspect {address}")))?
-            .to_string();
-        ApiServer::start(
-            TcpTransport { listener },
-            config,
-            router,
-            None,
-            local_address,
-        )
+        let (tcp, local_address) = TcpTransport::bind(address)?;
+        ApiServer::start(tcp, config, router, None, local_address)
+    }
+
+    /// Serves `router` over TLS on a TCP address, every request required to carry `token`.
+    pub fn bind_tls(
+        address: &str,
+        config: ServerConfig,
+        router: Router,
+        tls: Arc<rustls::ServerConfig>,
+        token: ApiToken,
+    ) -> Result<ApiServer, ServerError> {
+        let (tcp, local_address) = TcpTransport::bind(address)?;
+        let transport = TlsTransport { tcp, tls, token };
+        ApiServer::start(transport, config, router, None, local_address)
     }
 
     fn start<T: Transport>(
@@ -403,7 +483,7 @@ impl ApiServer {
             let connections = Arc::clone(&connections);
             std::thread::Builder::new()
                 .name("api-accept".to_string())
-                .spawn(move || accept_loop(&*transport, &config, &router, &stop, &connections))
+                .spawn(move || accept_loop(&transport, &config, &router, &stop, &connections))
                 .map_err(io_error("start the API accept thread".to_string()))?
         };
         Ok(ApiServer {
@@ -452,7 +532,7 @@ impl Drop for ApiServer {
 }
 
 fn accept_loop<T: Transport>(
-    transport: &T,
+    transport: &Arc<T>,
     config: &ServerConfig,
     router: &Router,
     stop: &AtomicBool,
@@ -483,10 +563,11 @@ fn accept_loop<T: Transport>(
         let limits = config.limits.clone();
         let thread_connections = Arc::clone(connections);
         let caller = T::caller(&stream);
+        let transport = Arc::clone(transport);
         let spawned = std::thread::Builder::new()
             .name("api-conn".to_string())
             .spawn(move || {
-                serve_connection_as(stream, &router, &limits, &caller);
+                transport.serve(stream, &router, &limits, &caller);
                 thread_connections.unregister(id);
             });
         if spawned.is_err() {

@@ -36,6 +36,24 @@ pub struct Cli {
     )]
     pub api_socket: PathBuf,
 
+    /// Reach the daemon over TCP instead, at its `serve --api-listen` address
+    /// (https://HOST:PORT); needs --api-token-file and --api-ca.
+    #[arg(long, global = true, value_name = "URL", env = "TESSERA_API_URL")]
+    pub api_url: Option<String>,
+
+    /// With --api-url: the file holding the daemon's API token.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "TESSERA_API_TOKEN_FILE"
+    )]
+    pub api_token_file: Option<PathBuf>,
+
+    /// With --api-url: the CA certificates (PEM) trusted to sign the daemon's certificate.
+    #[arg(long, global = true, value_name = "PEM", env = "TESSERA_API_CA")]
+    pub api_ca: Option<PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -421,6 +439,10 @@ pub struct ServeArgs {
     /// Serve /metrics and the dashboard over HTTP on this address (HOST:PORT; read-only).
     #[arg(long, value_name = "ADDR", env = "TESSERA_HTTP_LISTEN", value_parser = values::listen_address)]
     pub http_listen: Option<String>,
+    /// Also serve the whole management API over TCP on this address (HOST:PORT), over TLS
+    /// (--tls-cert, --tls-key) and only to clients presenting the token in --api-token-file.
+    #[arg(long, value_name = "ADDR", env = "TESSERA_API_LISTEN", value_parser = values::listen_address)]
+    pub api_listen: Option<String>,
     /// Offer NBD over TLS (NBD_OPT_STARTTLS) with this certificate chain (PEM); drives made
     /// `--tls-required` are then served only over TLS.
     #[arg(

@@ -66,8 +66,10 @@ fn explicit_options(top: &clap::ArgMatches, serve: &clap::ArgMatches) -> Vec<Str
         .map(|id| id.as_str().to_string())
         .filter(|id| given(serve, id))
         .collect();
-    if given(top, "api_socket") {
-        explicit.push("api_socket".to_string());
+    for global in ["api_socket", "api_token_file"] {
+        if given(top, global) && !explicit.iter().any(|id| id == global) {
+            explicit.push(global.to_string());
+        }
     }
     explicit
 }

@@ -218,7 +218,8 @@ fn serve_options_come_from_flags_then_environment_then_defaults() {
     let Command::Serve(args) = cli.command else {
         panic!("not serve");
     };
-    let options = tessera_cli::commands::serve_options(cli.api_socket, args).expect("options");
+    let options = tessera_cli::commands::serve_options(cli.api_socket, cli.api_token_file, args)
+        .expect("options");
     assert_eq!(options.state_dir, PathBuf::from("/s"));
     assert_eq!(options.api_socket, PathBuf::from("/a.sock"));
     assert_eq!(options.nbd_socket, PathBuf::from("/n.sock"));

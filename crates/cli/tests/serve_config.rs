@@ -20,7 +20,7 @@ fn options(args: &[&str]) -> Result<ServeOptions, Failure> {
     let Command::Serve(serve) = cli.command else {
         panic!("not serve");
     };
-    serve_options(cli.api_socket, serve)
+    serve_options(cli.api_socket, cli.api_token_file, serve)
 }
 
 fn config(text: &str) -> tempfile::NamedTempFile {
@@ -174,6 +174,8 @@ fn the_shipped_file_yields_the_defaults_and_documents_every_key() {
         "nbd_socket",
         "nbd_listen",
         "http_listen",
+        "api_listen",
+        "api_token_file",
         "parity_engine",
         "tls_cert",
         "tls_key",

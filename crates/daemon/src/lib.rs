@@ -49,6 +49,10 @@ pub struct ServeOptions {
     pub parity_engine: String,
     /// TCP address serving `/metrics` and the dashboard, if wanted.
     pub http_listen: Option<String>,
+    /// TCP address serving the whole management API over TLS (`tls_cert`, `tls_key`) to
+    /// clients presenting the token in `api_token_file`, if wanted.
+    pub api_listen: Option<String>,
+    pub api_token_file: Option<PathBuf>,
     /// NBD over TLS: certificate chain and key (PEM), and the CAs client certificates are
     /// checked against.
     pub tls_cert: Option<PathBuf>,
@@ -85,6 +89,41 @@ fn stop_signals() -> Result<OwnedFd, String> {
     }
 }
 
+/// The management API on `address` over TLS, every request required to carry the API token.
+/// Refused unless both the certificate and the token file are given: the API can create and
+/// delete drives, so it is never served in plaintext or to anyone who can reach the port.
+fn serve_api_over_tls(
+    address: &str,
+    options: &ServeOptions,
+    router: tessera_api::router::Router,
+) -> Result<tessera_api::server::ApiServer, String> {
+    let (Some(cert), Some(key)) = (&options.tls_cert, &options.tls_key) else {
+        return Err(format!(
+            "--api-listen {address}: the management API over TCP is served only over TLS; give --tls-cert and --tls-key"
+        ));
+    };
+    let Some(token_file) = &options.api_token_file else {
+        return Err(format!(
+            "--api-listen {address}: the management API over TCP needs a token; give --api-token-file"
+        ));
+    };
+    let token = tessera_api::tls::ApiToken::from_owner_only_file(token_file)?;
+    let tls = tessera_api::tls::server_config(cert, key, None)?;
+    let server = tessera_api::server::ApiServer::bind_tls(
+        address,
+        tessera_api::server::ServerConfig::default(),
+        router,
+        tls,
+        token,
+    )
+    .map_err(|e| format!("--api-listen {address}: {e}"))?;
+    log!(
+        "serving: management API on https://{}/ (TLS, token required)",
+        server.local_address()
+    );
+    Ok(server)
+}
+
 /// Runs the daemon in the foreground until SIGTERM or SIGINT, then stops cleanly: requests in
 /// flight finish, members are flushed, groups are marked clean.
 pub fn serve(options: ServeOptions) -> Result<(), String> {
@@ -110,6 +149,7 @@ pub fn serve(options: ServeOptions) -> Result<(), String> {
     let controller: Arc<dyn tessera_api::controller::Controller> =
         Arc::new(control::Control::new(handle));
     let router = tessera_api::router::Router::new(Arc::clone(&controller));
+    let router_for_tls = router.clone();
     let api = tessera_api::server::ApiServer::bind_unix(
         &options.api_socket,
         tessera_api::server::ServerConfig::default(),
@@ -118,6 +158,10 @@ pub fn serve(options: ServeOptions) -> Result<(), String> {
     .map_err(|e| format!("management API: {e}"))?;
     // The opt-in TCP listener: unauthenticated, so read-only (the dashboard, `/metrics` and
     // the GETs the dashboard polls).
+    let remote_api = match &options.api_listen {
+        Some(address) => Some(serve_api_over_tls(address, &options, router_for_tls)?),
+        None => None,
+    };
     let http = match &options.http_listen {
         Some(address) => {
             let server = tessera_api::server::ApiServer::bind_tcp(
@@ -147,6 +191,9 @@ pub fn serve(options: ServeOptions) -> Result<(), String> {
     let result = data_plane.join();
     if let Some(http) = http {
         http.shutdown();
+    }
+    if let Some(remote_api) = remote_api {
+        remote_api.shutdown();
     }
     api.shutdown();
     result.map_err(|_| "the data plane stopped abnormally".to_string())

@@ -18,6 +18,8 @@ pub enum ErrorCode {
     Conflict,
     /// The request body is larger than the server accepts (413).
     PayloadTooLarge,
+    /// The request over TCP carries no API token or a wrong one (401).
+    Unauthenticated,
     /// The daemon is starting, stopping or at its connection limit; try again (503).
     Unavailable,
     /// A bug or an unexpected failure inside the daemon (500).
@@ -36,6 +38,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::Unauthenticated => 401,
             ErrorCode::Unavailable => 503,
             ErrorCode::Internal | ErrorCode::Unknown => 500,
         }
@@ -49,6 +52,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::Conflict => "conflict",
             ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::Unauthenticated => "unauthenticated",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
             ErrorCode::Unknown => "unknown",

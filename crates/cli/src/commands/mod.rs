@@ -98,11 +98,25 @@ impl Context<'_> {
     }
 }
 
+/// The API client the global options ask for: the Unix socket, or TLS with the token.
+fn client(cli: &Cli) -> Result<Client, Failure> {
+    let Some(url) = &cli.api_url else {
+        return Ok(Client::new(&cli.api_socket));
+    };
+    let (Some(token_file), Some(ca)) = (&cli.api_token_file, &cli.api_ca) else {
+        return Err(Failure::Usage(
+            "--api-url needs --api-token-file and --api-ca".into(),
+        ));
+    };
+    let token = tessera_api::tls::ApiToken::from_file(token_file).map_err(Failure::Usage)?;
+    Client::over_tls(url, ca, token).map_err(Failure::Usage)
+}
+
 /// Runs `cli`, printing to standard output. `Ok(code)`: the command ran (the code may still
 /// report a failed operation, such as a scrub that stopped early).
 pub fn execute(cli: Cli, out: &mut dyn Write) -> Result<ExitCode, Failure> {
     let mut context = Context {
-        client: Client::new(&cli.api_socket),
+        client: client(&cli)?,
         style: Style::for_stdout(),
         terminal: std::io::stdout().is_terminal(),
         out,
@@ -123,7 +137,7 @@ pub fn execute(cli: Cli, out: &mut dyn Write) -> Result<ExitCode, Failure> {
         }
         Command::Events(args) => events::run(&mut context, args),
         Command::Bench(command) => bench::run(&mut context, command),
-        Command::Serve(args) => serve::run(cli.api_socket, args),
+        Command::Serve(args) => serve::run(cli.api_socket, cli.api_token_file, args),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             // Into memory first: the generator panics on a write error (a closed pipe).

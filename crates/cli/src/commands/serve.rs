@@ -24,6 +24,8 @@ struct ConfigFile {
     nbd_socket: Option<PathBuf>,
     nbd_listen: Option<String>,
     http_listen: Option<String>,
+    api_listen: Option<String>,
+    api_token_file: Option<PathBuf>,
     parity_engine: Option<String>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
@@ -43,6 +45,7 @@ fn load(path: &Path) -> Result<ConfigFile, Failure> {
     for (key, address) in [
         ("nbd_listen", &file.nbd_listen),
         ("http_listen", &file.http_listen),
+        ("api_listen", &file.api_listen),
     ] {
         if let Some(address) = address {
             values::listen_address(address).map_err(|error| bad(key, error))?;
@@ -99,6 +102,11 @@ fn check_tls(options: &ServeOptions, path: Option<&Path>) -> Result<(), Failure>
         (None, None) if options.tls_client_ca.is_some() => Some(("tls_client_ca", "tls_cert")),
         _ => None,
     };
+    let missing = missing.or(match &options.api_listen {
+        Some(_) if options.tls_cert.is_none() => Some(("api_listen", "tls_cert")),
+        Some(_) if options.api_token_file.is_none() => Some(("api_listen", "api_token_file")),
+        _ => None,
+    });
     let Some((given, needed)) = missing else {
         return Ok(());
     };
@@ -110,7 +118,11 @@ fn check_tls(options: &ServeOptions, path: Option<&Path>) -> Result<(), Failure>
 
 /// The daemon's options: a setting given on the command line or in the environment wins,
 /// then the configuration file, then the built-in default.
-pub fn options(api_socket: PathBuf, args: ServeArgs) -> Result<ServeOptions, Failure> {
+pub fn options(
+    api_socket: PathBuf,
+    api_token_file: Option<PathBuf>,
+    args: ServeArgs,
+) -> Result<ServeOptions, Failure> {
     let path = args.config.clone().or_else(|| {
         Path::new(DEFAULT_CONFIG)
             .exists()
@@ -141,6 +153,12 @@ pub fn options(api_socket: PathBuf, args: ServeArgs) -> Result<ServeOptions, Fai
             file.parity_engine,
         ),
         http_listen: pick_optional(explicit("http_listen"), args.http_listen, file.http_listen),
+        api_listen: pick_optional(explicit("api_listen"), args.api_listen, file.api_listen),
+        api_token_file: pick_optional(
+            explicit("api_token_file"),
+            api_token_file,
+            file.api_token_file,
+        ),
         tls_cert: pick_optional(explicit("tls_cert"), args.tls_cert, file.tls_cert),
         tls_key: pick_optional(explicit("tls_key"), args.tls_key, file.tls_key),
         tls_client_ca: pick_optional(
@@ -159,8 +177,12 @@ pub fn options(api_socket: PathBuf, args: ServeArgs) -> Result<ServeOptions, Fai
     Ok(options)
 }
 
-pub fn run(api_socket: PathBuf, args: ServeArgs) -> Result<ExitCode, Failure> {
-    tessera_daemon::serve(options(api_socket, args)?)
+pub fn run(
+    api_socket: PathBuf,
+    api_token_file: Option<PathBuf>,
+    args: ServeArgs,
+) -> Result<ExitCode, Failure> {
+    tessera_daemon::serve(options(api_socket, api_token_file, args)?)
         .map_err(|message| Failure::Other(format!("serve: {message}")))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -99,7 +101,13 @@ impl Daemon {
                 .arg(self.nbd_socket()),
         };
         // Only what the test gives: no settings from the environment of the test run.
-        for variable in ["TESSERA_CONFIG", "TESSERA_API_SOCKET", "TESSERA_NBD_SOCKET"] {
+        for variable in [
+            "TESSERA_CONFIG",
+            "TESSERA_API_SOCKET",
+            "TESSERA_NBD_SOCKET",
+            "TESSERA_API_LISTEN",
+            "TESSERA_API_TOKEN_FILE",
+        ] {
             command.env_remove(variable);
         }
         let child = command

@@ -1,67 +1,17 @@
-//! NBD over TLS: the server configuration (certificate, key, optional client CA) and one
-//! connection's TLS session after `NBD_OPT_STARTTLS`. The session sits between the socket and
+//! NBD over TLS: the server configuration (certificate, key, optional client CA; loaded by
+//! `tessera_api::tls`, shared with the management API over TCP) and one connection's TLS session after `NBD_OPT_STARTTLS`. The session sits between the socket and
 //! the connection's plaintext buffers: ciphertext is received into its own buffer and fed to
 //! rustls, plaintext is read out into the inbox (or a write payload), and everything sent after
 //! the switch is sealed into TLS records first.
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig, ServerConnection};
+use rustls::{ServerConfig, ServerConnection};
 use std::io::{Read, Write};
-use std::path::Path;
 use std::sync::Arc;
 
 /// Ciphertext received and not yet taken by rustls (a TLS record is at most ~16 KiB).
 const CIPHER_BUFFER_BYTES: usize = 64 * 1024;
 
-/// The server side of TLS, from PEM files. With `client_ca`, a client certificate is verified
-/// against it when one is presented (none is required).
-pub(crate) fn server_config(
-    cert: &Path,
-    key: &Path,
-    client_ca: Option<&Path>,
-) -> Result<Arc<ServerConfig>, String> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| format!("TLS certificate {}: {e}", cert.display()))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("TLS certificate {}: {e}", cert.display()))?;
-    if certs.is_empty() {
-        return Err(format!(
-            "TLS certificate {}: no certificate in it",
-            cert.display()
-        ));
-    }
-    let key =
-        PrivateKeyDer::from_pem_file(key).map_err(|e| format!("TLS key {}: {e}", key.display()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?;
-    let builder = match client_ca {
-        None => builder.with_no_client_auth(),
-        Some(path) => {
-            let mut roots = RootCertStore::empty();
-            for ca in CertificateDer::pem_file_iter(path)
-                .map_err(|e| format!("TLS client CA {}: {e}", path.display()))?
-            {
-                let ca = ca.map_err(|e| format!("TLS client CA {}: {e}", path.display()))?;
-                roots
-                    .add(ca)
-                    .map_err(|e| format!("TLS client CA {}: {e}", path.display()))?;
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .allow_unauthenticated()
-                .build()
-                .map_err(|e| format!("TLS client CA {}: {e}", path.display()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
-    };
-    let config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("TLS certificate and key: {e}"))?;
-    Ok(Arc::new(config))
-}
+pub(crate) use tessera_api::tls::server_config;
 
 /// One connection's TLS session.
 pub(crate) struct TlsSession {
