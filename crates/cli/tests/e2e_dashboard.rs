@@ -1,6 +1,7 @@
 //! The read-only web dashboard (`tessera serve --http-listen`), rendered by headless Chromium:
-//! the group state it shows matches `tessera dg describe`, before and after a member fails, and
-//! a screenshot of it is a PNG.
+//! the group state it shows matches `tessera dg describe`, before and after a member fails, a
+//! thin drive's capacity and compression match `tessera vd describe`, and a screenshot of it is
+//! a PNG.
 
 mod daemon;
 use daemon::{Daemon, have, wait_timeout};
@@ -41,6 +42,18 @@ fn chromium(profile: &Path, args: &[&str], url: &str) -> Option<String> {
     let status = wait_timeout(&mut child, Duration::from_secs(90))?;
     let text = reader.join().ok()?;
     status.success().then_some(text)
+}
+
+/// The value of attribute `name` in the start tag of the first element whose start tag
+/// contains `hook`.
+fn attribute(dom: &str, hook: &str, name: &str) -> Option<String> {
+    let at = dom.find(hook)?;
+    let tag_start = dom[..at].rfind('<')?;
+    let tag_end = at + dom[at..].find('>')?;
+    let tag = &dom[tag_start..tag_end];
+    let value_start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+    let value_end = value_start + tag[value_start..].find('"')?;
+    Some(tag[value_start..value_end].to_string())
 }
 
 /// The text of the first element whose start tag contains `hook` (attributes as the page
@@ -84,6 +97,32 @@ fn dashboard_shows_group_and_member_states() {
     let url = format!("http://{address}/");
     let uri = daemon.group_with_vd("5", 4, 64 << 20, "web", 64 << 20);
 
+    // A thin drive holding compressible data, flushed so that its statistics settle.
+    daemon.ok(&[
+        "vd",
+        "create",
+        "0",
+        "--size",
+        "256M",
+        "--name",
+        "pool",
+        "--thin",
+        "--physical",
+        "48M",
+    ]);
+    {
+        let mut client = Client::connect_str(&daemon.uri("pool")).expect("NBD connect");
+        let text: Vec<u8> = b"tessera thin drive, compressible text block. "
+            .iter()
+            .copied()
+            .cycle()
+            .take(4 << 20)
+            .collect();
+        client.write_at(&text, 0, false).expect("write");
+        client.flush().expect("flush");
+        client.disconnect().expect("disconnect");
+    }
+
     // Host I/O while the page polls, so the charts have something to draw.
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
@@ -104,6 +143,7 @@ fn dashboard_shows_group_and_member_states() {
     };
 
     let started = Instant::now();
+    let thin_before = daemon.json(&["vd", "describe", "pool"]);
     let dom = dump(profile.path(), &url);
     let group = daemon.json(&["dg", "describe", "0"]);
     assert_eq!(group["state"], "optimal");
@@ -122,6 +162,51 @@ fn dashboard_shows_group_and_member_states() {
     assert_eq!(
         field(&dom, r#"data-vd="web" data-field="dg""#).as_deref(),
         Some("0")
+    );
+    // Statistics read before and after the page's: the page shows one of them.
+    let after = daemon.json(&["vd", "describe", "pool"]);
+    let readings = [&thin_before["stats"], &after["stats"]];
+    assert!(
+        after["stats"]["compression_ratio"].as_f64().unwrap() > 2.0,
+        "the data compresses: {after:#}"
+    );
+    for (hook, key) in [
+        ("logical-used", "logical_used_bytes"),
+        ("physical-used", "physical_used_bytes"),
+        ("free", "free_bytes"),
+    ] {
+        let shown = attribute(
+            &dom,
+            &format!(r#"data-vd="pool" data-field="{hook}""#),
+            "data-bytes",
+        )
+        .unwrap_or_else(|| panic!("no {hook} shown; DOM:\n{dom}"));
+        assert!(
+            readings.iter().any(|stats| stats[key].to_string() == shown),
+            "{hook}: page {shown}, daemon {readings:?}"
+        );
+    }
+    for (hook, key) in [
+        ("compression-ratio", "compression_ratio"),
+        ("write-amplification", "write_amplification"),
+        ("overcommit", "overcommit_ratio"),
+    ] {
+        let shown = field(&dom, &format!(r#"data-vd="pool" data-field="{hook}""#))
+            .and_then(|text| text.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {hook} shown; DOM:\n{dom}"));
+        assert!(
+            readings
+                .iter()
+                .any(|stats| (shown - stats[key].as_f64().unwrap()).abs() <= 0.005 + 1e-9),
+            "{hook}: page {shown}, daemon {readings:?}"
+        );
+    }
+    let state = field(&dom, r#"data-vd="pool" data-field="thin-state""#);
+    assert!(
+        readings
+            .iter()
+            .any(|stats| stats["state"].as_str() == state.as_deref()),
+        "thin state: page {state:?}, daemon {readings:?}"
     );
     eprintln!("first dump: {:.1} s", started.elapsed().as_secs_f64());
 
