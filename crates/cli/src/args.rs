@@ -301,10 +301,10 @@ pub enum VdCommand {
         #[command(flatten)]
         json: JsonFlag,
     },
-    /// Change who may connect to a virtual drive, and how. Connections the new settings no
-    /// longer allow are closed.
+    /// Change who may connect to a virtual drive, and how (connections the new settings no
+    /// longer allow are closed), or grow a thin drive's physical space.
     #[command(group(ArgGroup::new("change").required(true).multiple(true)
-        .args(["allow", "allow_any", "read_only", "multi_conn", "tls_required"])))]
+        .args(["allow", "allow_any", "read_only", "multi_conn", "tls_required", "physical"])))]
     Set {
         /// The drive's name.
         #[arg(value_name = "NAME", value_parser = values::name)]
@@ -326,6 +326,10 @@ pub enum VdCommand {
         /// Only over TLS: on or off.
         #[arg(long, value_name = "on|off", value_parser = values::on_off)]
         tls_required: Option<bool>,
+        /// Thin drives: grow the physical space to SIZE (never shrinks; needs free group space
+        /// right after the drive's). Writes refused for lack of space succeed again.
+        #[arg(long, value_name = "SIZE", value_parser = values::vd_size)]
+        physical: Option<u64>,
         #[command(flatten)]
         json: JsonFlag,
     },

@@ -140,7 +140,7 @@ fn a_full_thin_drive_fails_writes_with_enospc_and_recovers_after_trim() {
     if !have("fio") {
         return;
     }
-    let daemon = Daemon::start();
+    let mut daemon = Daemon::start();
     daemon.group("5", 4, 64 << 20);
     daemon.ok(&[
         "vd",
@@ -209,6 +209,50 @@ fn a_full_thin_drive_fails_writes_with_enospc_and_recovers_after_trim() {
         &["--randseed=21", "--verify_only"],
         daemon.dir.path(),
     );
+
+    // Adding capacity resumes service. The group space right after the drive is the second
+    // drive's: growing is refused, saying so; with that drive gone it succeeds.
+    let refused = daemon.run(&["vd", "set", "small", "--physical", "48M"]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("taken by virtual drive rest"), "{stderr}");
+    let shrink = daemon.run(&["vd", "set", "small", "--physical", "8M"]);
+    assert!(!shrink.status.success());
+    daemon.ok(&["vd", "delete", "rest"]);
+    let before = stats(&daemon, "small");
+    let grown = daemon.json(&["vd", "set", "small", "--physical", "48M"]);
+    let after = &grown["stats"];
+    assert!(
+        number(&after["capacity_bytes"]) >= number(&before["capacity_bytes"]) + (20 << 20) as f64,
+        "capacity {} -> {}",
+        before["capacity_bytes"],
+        after["capacity_bytes"]
+    );
+    let events = daemon.ok(&["events"]);
+    assert!(events.contains("thin_grown"), "{events}");
+    fio_verify(
+        &uri,
+        "16M",
+        &["--randseed=23", "--offset=40M", "--end_fsync=1"],
+        daemon.dir.path(),
+    );
+    // The larger space is the drive's after a restart too.
+    daemon.restart();
+    assert_eq!(
+        stats(&daemon, "small")["capacity_bytes"],
+        after["capacity_bytes"]
+    );
+    for (seed, size, offset) in [
+        ("--randseed=21", "4M", "--offset=0"),
+        ("--randseed=23", "16M", "--offset=40M"),
+    ] {
+        fio_verify(
+            &uri,
+            size,
+            &[seed, offset, "--verify_only"],
+            daemon.dir.path(),
+        );
+    }
 
     // Trimming the filler makes room: writes work again.
     let (trimmed, text) = fio_over_nbd(

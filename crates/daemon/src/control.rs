@@ -268,13 +268,20 @@ impl Controller for Control {
     }
 
     fn set_vd(&self, name: &str, body: SetVd) -> Result<VdView, ApiError> {
+        let grows = body.physical_bytes.is_some();
         let owned = name.to_string();
         let (dg, generation) = self
             .call(move |plane| plane.set_vd_access(&owned, body))?
             .map_err(api_error)?;
-        self.wait_until("recording the access change", move |plane| {
+        self.wait_until("recording the change", move |plane| {
             plane.generation_durable(dg, generation)
         })?;
+        if grows {
+            // Only once the larger extent is durable may the store write into it.
+            let owned = name.to_string();
+            self.call(move |plane| plane.grow_thin(&owned))?
+                .map_err(ApiError::conflict)?;
+        }
         self.get_vd(name)
     }
 

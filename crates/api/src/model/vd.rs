@@ -149,8 +149,9 @@ pub struct CreateVd {
     pub tls_required: bool,
 }
 
-/// `PATCH /v1/vds/{name}`: change a virtual drive's access; absent fields stay. Connections the
-/// new rules no longer admit (or no longer let write) are closed.
+/// `PATCH /v1/vds/{name}`: change a virtual drive's access (or a thin drive's physical space);
+/// absent fields stay. Connections the new rules no longer admit (or no longer let write) are
+/// closed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SetVd {
@@ -163,4 +164,8 @@ pub struct SetVd {
     pub multi_conn: Option<bool>,
     #[serde(default)]
     pub tls_required: Option<bool>,
+    /// Thin drives: grow the physical space to this many bytes (it cannot shrink; the group
+    /// space right after the drive's must be free).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physical_bytes: Option<u64>,
 }

@@ -53,6 +53,7 @@ pub fn run(context: &mut Context<'_>, command: VdCommand) -> Result<ExitCode, Fa
             read_only,
             multi_conn,
             tls_required,
+            physical,
             json,
         } => {
             let body = SetVd {
@@ -60,6 +61,7 @@ pub fn run(context: &mut Context<'_>, command: VdCommand) -> Result<ExitCode, Fa
                 read_only,
                 multi_conn,
                 tls_required,
+                physical_bytes: physical,
             };
             let vd = context.client.set_vd(&name, &body)?;
             if json.json {

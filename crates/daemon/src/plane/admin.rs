@@ -865,6 +865,10 @@ impl DataPlane {
         access.read_only = change.read_only.unwrap_or(access.read_only);
         access.multi_conn = change.multi_conn.unwrap_or(access.multi_conn);
         access.tls_required = change.tls_required.unwrap_or(access.tls_required);
+        let grown = match change.physical_bytes {
+            Some(physical_bytes) => self.grown_extent(name, physical_bytes)?,
+            None => None,
+        };
         let group = self.groups.get_mut(&dg).expect("found");
         let mut config = group.config.clone();
         let record = config
@@ -873,6 +877,18 @@ impl DataPlane {
             .find(|vd| vd.name == name)
             .expect("found");
         record.access = access.clone();
+        if let Some(extent_bytes) = grown {
+            let before = record.size_bytes;
+            record.size_bytes = extent_bytes;
+            self.events.push_info(
+                "thin_grown",
+                format!(
+                    "thin virtual drive {name}: physical space grown from {before} to {extent_bytes} bytes of drive group {dg}"
+                ),
+                Some(dg),
+                None,
+            );
+        }
         let generation = store_config(
             group,
             config,
@@ -903,6 +919,64 @@ impl DataPlane {
             None,
         );
         Ok((dg, generation))
+    }
+
+    /// The extent thin drive `name` takes when its physical space grows to `physical_bytes`
+    /// (rounded up like at creation), or `None` when that is its size already. Refused for a
+    /// thick drive, a store that is not serving, a smaller size, or group space after the
+    /// drive's that another drive holds or that does not exist.
+    fn grown_extent(&self, name: &str, physical_bytes: u64) -> Result<Option<u64>, AdminError> {
+        let (group, vd) = self.find_vd(name).expect("found by the caller");
+        let Some(thin) = &vd.thin else {
+            return Err(AdminError::Invalid(format!(
+                "virtual drive {name} is not thin: only a thin drive's physical space can grow"
+            )));
+        };
+        if !self
+            .thin
+            .get(name)
+            .is_some_and(|drive| drive.store.is_ready())
+        {
+            return Err(AdminError::Conflict(format!(
+                "thin virtual drive {name} is not serving (starting, stopping or failed); try again when it is"
+            )));
+        }
+        let align = DataPlane::vd_alignment(group);
+        let extent_bytes = physical_bytes.div_ceil(align) * align;
+        if extent_bytes == vd.size_bytes {
+            return Ok(None);
+        }
+        if extent_bytes < vd.size_bytes {
+            return Err(AdminError::Invalid(format!(
+                "thin virtual drive {name} takes {} bytes of its group; its physical space can grow, not shrink",
+                vd.size_bytes
+            )));
+        }
+        let end = vd.offset_bytes + extent_bytes;
+        let data_bytes = group.engine.data_bytes();
+        if end > data_bytes {
+            return Err(AdminError::Conflict(format!(
+                "drive group {} ends {} bytes after the start of {name}; it cannot take {extent_bytes} bytes",
+                group.id,
+                data_bytes - vd.offset_bytes
+            )));
+        }
+        if let Some(next) = group.config.virtual_drives.iter().find(|other| {
+            other.name != name
+                && other.offset_bytes < end
+                && other.offset_bytes + other.size_bytes > vd.offset_bytes
+        }) {
+            return Err(AdminError::Conflict(format!(
+                "the group space after thin virtual drive {name} is taken by virtual drive {}; it can grow by at most {} bytes",
+                next.name,
+                next.offset_bytes
+                    .saturating_sub(vd.offset_bytes + vd.size_bytes)
+            )));
+        }
+        let mut grown = vd.clone();
+        grown.size_bytes = extent_bytes;
+        super::thin::check_layout(group, &grown, thin).map_err(AdminError::Invalid)?;
+        Ok(Some(extent_bytes))
     }
 
     pub(crate) fn find_vd(&self, name: &str) -> Option<(&Group, &VdRecord)> {

@@ -378,6 +378,22 @@ impl DataPlane {
             .all(|drive| drive.store.is_stopped())
     }
 
+    /// Gives thin drive `name`'s store the extent its (durable) record now names.
+    pub(crate) fn grow_thin(&mut self, name: &str) -> Result<(), String> {
+        let extent_bytes = self
+            .find_vd(name)
+            .map(|(_, vd)| vd.size_bytes)
+            .ok_or_else(|| format!("no virtual drive {name}"))?;
+        let drive = self
+            .thin
+            .get_mut(name)
+            .ok_or_else(|| format!("virtual drive {name} is not a running thin drive"))?;
+        drive.store.grow(extent_bytes)?;
+        // The trims of the new space go out with the store's other commands.
+        self.pump_thin();
+        Ok(())
+    }
+
     /// Stops and forgets a thin drive's store (the drive is being deleted).
     pub(crate) fn drop_thin(&mut self, name: &str) {
         if let Some(mut drive) = self.thin.remove(name) {

@@ -612,6 +612,36 @@ impl Store {
         }
     }
 
+    /// Takes `extent_bytes` of the group's data space instead of the present extent, which it
+    /// must start like and not exceed in length: the segments that now fit are added free (and
+    /// trimmed), so writes refused for lack of space succeed again. The caller makes the larger
+    /// extent durable first: a record in a new segment is found at start-up only if the
+    /// configuration there names the larger extent.
+    pub fn grow(&mut self, extent_bytes: u64) -> Result<(), String> {
+        if self.phase != Phase::Ready {
+            return Err("the thin drive is not serving (starting, stopping or failed)".into());
+        }
+        if extent_bytes < self.layout.extent_bytes {
+            return Err(format!(
+                "a thin drive's physical space cannot shrink ({} bytes now, {extent_bytes} asked)",
+                self.layout.extent_bytes
+            ));
+        }
+        let layout = Layout::new(extent_bytes, self.config.stripe_bytes)?;
+        assert_eq!(layout.record_bytes, self.layout.record_bytes);
+        assert_eq!(layout.records_per_segment, self.layout.records_per_segment);
+        let added: Vec<u64> = (self.layout.segments..layout.segments).collect();
+        self.segments
+            .resize(layout.segments as usize, Segment::default());
+        self.free.extend(added.iter().copied());
+        self.layout = layout;
+        self.config.extent_bytes = extent_bytes;
+        self.trim_free_runs(&added);
+        self.drain_blocked();
+        self.background();
+        Ok(())
+    }
+
     /// Which of `offset_bytes..+len_bytes` holds data: runs of (length, allocated).
     pub fn block_status(&self, offset_bytes: u64, len_bytes: u64) -> Vec<(u64, bool)> {
         let end = offset_bytes
