@@ -302,6 +302,22 @@ impl Client {
         self.send::<Empty, Empty>("DELETE", &path, None).map(|_| ())
     }
 
+    /// `POST /v1/vds/{name}/ublk`.
+    pub fn export_vd_ublk(
+        &self,
+        name: &str,
+        body: &crate::model::ExportUblk,
+    ) -> Result<VdView, ClientError> {
+        let path = format!("/v1/vds/{}/ublk", percent_encode(name));
+        self.send("POST", &path, Some(body))
+    }
+
+    /// `DELETE /v1/vds/{name}/ublk`.
+    pub fn unexport_vd_ublk(&self, name: &str) -> Result<VdView, ClientError> {
+        let path = format!("/v1/vds/{}/ublk", percent_encode(name));
+        self.send::<Empty, _>("DELETE", &path, None)
+    }
+
     /// `GET /v1/events?since=N`: events with a sequence number above `since`.
     pub fn events(&self, since: u64) -> Result<Vec<EventView>, ClientError> {
         self.get(&format!("/v1/events?since={since}"))

@@ -2,8 +2,8 @@
 //! the server parses requests, calls it and encodes what it returns.
 
 use crate::model::{
-    ApiError, CreateDg, CreatePd, CreateVd, DgRef, DgView, EventView, InfoView, PdView, ReplacePd,
-    ScrubDg, SetVd, UpdateDg, VdView,
+    ApiError, CreateDg, CreatePd, CreateVd, DgRef, DgView, EventView, ExportUblk, InfoView, PdView,
+    ReplacePd, ScrubDg, SetVd, UpdateDg, VdView,
 };
 
 /// The daemon's side of the management API. Methods are called from many connection threads at
@@ -51,6 +51,17 @@ pub trait Controller: Send + Sync {
     fn delete_vd(&self, name: &str, force: bool) -> Result<(), ApiError>;
     /// `PATCH /v1/vds/{name}`: changes the drive's access (see `SetVd`).
     fn set_vd(&self, name: &str, body: SetVd) -> Result<VdView, ApiError>;
+    /// `POST /v1/vds/{name}/ublk`: create the drive's ublk block device (`/dev/ublkbN`);
+    /// `conflict` if it has one, `unavailable` on a kernel without ublk.
+    fn export_vd_ublk(&self, name: &str, body: ExportUblk) -> Result<VdView, ApiError> {
+        let _ = (name, body);
+        Err(ApiError::unavailable("this daemon has no ublk front end"))
+    }
+    /// `DELETE /v1/vds/{name}/ublk`: stop and delete the drive's ublk block device.
+    fn unexport_vd_ublk(&self, name: &str) -> Result<VdView, ApiError> {
+        let _ = name;
+        Err(ApiError::unavailable("this daemon has no ublk front end"))
+    }
 
     /// `GET /v1/events?since=N`: the events with a sequence number above `since`, oldest first.
     fn events(&self, since: u64) -> Result<Vec<EventView>, ApiError>;

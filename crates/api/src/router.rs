@@ -10,7 +10,9 @@ use serde::de::DeserializeOwned;
 
 use crate::controller::Controller;
 use crate::http::{Response, percent_decode};
-use crate::model::{ApiError, DgRef, Empty, ErrorBody, ErrorCode, ScrubDg, validate_name};
+use crate::model::{
+    ApiError, DgRef, Empty, ErrorBody, ErrorCode, ExportUblk, ScrubDg, validate_name,
+};
 
 const JSON: &str = "application/json";
 const METRICS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -53,6 +55,7 @@ enum Route {
     DgScrub(DgRef),
     Vds,
     Vd(String),
+    VdUblk(String),
     Events,
 }
 
@@ -64,6 +67,7 @@ impl Route {
             Route::Pds | Route::Dgs | Route::Vds => "GET, POST",
             Route::Pd(_) | Route::Vd(_) => "GET, DELETE",
             Route::PdAction(..) | Route::DgScrub(_) => "POST",
+            Route::VdUblk(_) => "POST, DELETE",
             Route::Dg(_) => "GET, DELETE, PATCH",
         }
     }
@@ -125,6 +129,10 @@ fn route(segments: &[String]) -> Result<Option<Route>, ApiError> {
         ["v1", "vds", name] => {
             validate_name(name).map_err(ApiError::invalid_argument)?;
             Route::Vd(name.to_string())
+        }
+        ["v1", "vds", name, "ublk"] => {
+            validate_name(name).map_err(ApiError::invalid_argument)?;
+            Route::VdUblk(name.to_string())
         }
         _ => return Ok(None),
     };
@@ -360,6 +368,15 @@ impl Router {
                 c.delete_vd(name, query.flag("force")?)?;
                 ok(&Empty {})
             }
+            (Route::VdUblk(name), "POST") => {
+                let export: ExportUblk = if body.iter().all(u8::is_ascii_whitespace) {
+                    ExportUblk::default()
+                } else {
+                    decode_body(body)?
+                };
+                ok(&c.export_vd_ublk(name, export)?)
+            }
+            (Route::VdUblk(name), "DELETE") => ok(&c.unexport_vd_ublk(name)?),
             _ => return Ok(None),
         };
         Ok(Some(response))

@@ -752,6 +752,7 @@ impl Controller for FakeController {
                 multi_conn: body.multi_conn,
                 tls_required: body.tls_required,
             },
+            ublk: None,
         };
         state.vds.insert(name.clone(), view.clone());
         state.event(

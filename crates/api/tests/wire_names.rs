@@ -108,8 +108,14 @@ fn objects_have_the_documented_keys() {
                          "host_bytes_written": 0, "member_bytes_written": 0,
                          "write_amplification": 0.5, "compression_ratio": 2.0,
                          "checksum_errors_detected": 0, "checksum_errors_repaired": 0},
-               "access": {"allow": ["uid:0"], "read_only": false, "multi_conn": true}}),
-        "name dg size_bytes offset_bytes nbd_uri connections thin compression stats access",
+               "access": {"allow": ["uid:0"], "read_only": false, "multi_conn": true},
+               "ublk": {"device": "/dev/ublkb0", "device_id": 0, "queues": 2,
+                        "queue_depth": 64, "state": "live"}}),
+        "name dg size_bytes offset_bytes nbd_uri connections thin compression stats access ublk",
+    );
+    assert_eq!(
+        keys(&vd["ublk"]),
+        documented("device device_id queues queue_depth state")
     );
     assert_eq!(
         keys(&vd["stats"]),

@@ -343,7 +343,37 @@ pub enum VdCommand {
         #[command(flatten)]
         json: JsonFlag,
     },
-    /// Delete a virtual drive (refused while a client is connected, unless --force).
+    /// Export a virtual drive as a local block device, /dev/ublkbN, through the kernel's ublk
+    /// driver (Linux 6.0 or later, module ublk_drv); prints the device. Every drive is served
+    /// over NBD already.
+    Export {
+        /// The drive's name.
+        #[arg(value_name = "NAME", value_parser = values::name)]
+        name: String,
+        /// Through ublk (the one kind of export to create).
+        #[arg(long, required = true)]
+        ublk: bool,
+        /// Hardware queues, each served by a thread of the daemon (default: one per CPU, at
+        /// most 4).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+        queues: Option<u16>,
+        /// Requests in flight per queue (default 64).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+        queue_depth: Option<u16>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Remove a virtual drive's ublk block device (its requests in flight finish first).
+    Unexport {
+        /// The drive's name.
+        #[arg(value_name = "NAME", value_parser = values::name)]
+        name: String,
+        /// The ublk device.
+        #[arg(long, required = true)]
+        ublk: bool,
+    },
+    /// Delete a virtual drive (refused while a client is connected or it is exported over
+    /// ublk, unless --force).
     Delete {
         /// The drive's name.
         #[arg(value_name = "NAME", value_parser = values::name)]

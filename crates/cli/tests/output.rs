@@ -174,3 +174,21 @@ fn unknown_states_from_a_newer_daemon_are_shown_not_refused() {
     .unwrap();
     assert!(describe_pd(Style::PLAIN, &pd).contains("  state:        unknown\n"));
 }
+
+#[test]
+fn a_drive_exported_over_ublk_shows_its_device() {
+    let vd: VdView = serde_json::from_str(
+        r#"{"name": "vd0", "dg": 0, "size_bytes": 1073741824, "offset_bytes": 0,
+            "nbd_uri": "nbd+unix:///vd0?socket=/s", "connections": 0, "thin": false,
+            "ublk": {"device": "/dev/ublkb3", "device_id": 3, "queues": 2, "queue_depth": 64,
+                     "state": "live"}}"#,
+    )
+    .unwrap();
+    let text = describe_vd(Style::PLAIN, &vd);
+    assert!(
+        text.contains(
+            "\n  connections:      0\n  ublk device:      /dev/ublkb3 (live, 2 queue(s) of depth 64)\n"
+        ),
+        "{text}"
+    );
+}

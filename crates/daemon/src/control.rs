@@ -5,8 +5,8 @@ use crate::plane::{NewGroup, NewThin};
 use std::time::{Duration, Instant};
 use tessera_api::controller::Controller;
 use tessera_api::model::{
-    ApiError, Compression, CreateDg, CreatePd, CreateVd, DgRef, DgView, EventView, InfoView,
-    PdView, ReplacePd, ScrubDg, SetVd, UpdateDg, VdAccessView, VdView,
+    ApiError, Compression, CreateDg, CreatePd, CreateVd, DgRef, DgView, ErrorCode, EventView,
+    ExportUblk, InfoView, PdView, ReplacePd, ScrubDg, SetVd, UpdateDg, VdAccessView, VdView,
 };
 use tessera_raid::geometry::{Level, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES};
 use tessera_raid::superblock::JournalMode;
@@ -286,6 +286,13 @@ impl Controller for Control {
     }
 
     fn delete_vd(&self, name: &str, force: bool) -> Result<(), ApiError> {
+        if force {
+            // A ublk device is removed before the drive (its last writes need the drive).
+            match crate::plane::unexport_ublk(&self.plane, name) {
+                Err(error) if error.code != ErrorCode::NotFound => return Err(error),
+                _ => {}
+            }
+        }
         let name = name.to_string();
         let (dg, generation) = self
             .call(move |plane| plane.delete_vd(&name, force))?
@@ -293,6 +300,16 @@ impl Controller for Control {
         self.wait_until("recording the deletion", move |plane| {
             plane.generation_durable(dg, generation)
         })
+    }
+
+    fn export_vd_ublk(&self, name: &str, body: ExportUblk) -> Result<VdView, ApiError> {
+        crate::plane::export_ublk(&self.plane, name, body)?;
+        self.get_vd(name)
+    }
+
+    fn unexport_vd_ublk(&self, name: &str) -> Result<VdView, ApiError> {
+        crate::plane::unexport_ublk(&self.plane, name)?;
+        self.get_vd(name)
     }
 
     fn events(&self, since: u64) -> Result<Vec<EventView>, ApiError> {

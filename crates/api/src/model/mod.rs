@@ -26,7 +26,7 @@ pub use info::{
 pub use level::RaidLevel;
 pub use names::{DgRef, MAX_NAME_BYTES, validate_name};
 pub use pd::{CreatePd, PdKind, PdState, PdView, ReplacePd};
-pub use vd::{Compression, CreateVd, SetVd, ThinStatsView, VdView};
+pub use vd::{Compression, CreateVd, ExportUblk, SetVd, ThinStatsView, UblkView, VdView};
 
 /// The body of a successful `DELETE`: `{}`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

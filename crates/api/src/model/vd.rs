@@ -109,6 +109,36 @@ pub struct VdView {
     /// Who may connect to its export, and how.
     #[serde(default)]
     pub access: VdAccessView,
+    /// Its ublk block device, when exported through ublk.
+    #[serde(default)]
+    pub ublk: Option<UblkView>,
+}
+
+/// A virtual drive's ublk block device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UblkView {
+    /// The block device hosts use: `/dev/ublkbN`.
+    pub device: String,
+    /// N of `/dev/ublkbN`.
+    pub device_id: u32,
+    /// Hardware queues, each served by a thread of the daemon.
+    pub queues: u16,
+    /// Requests in flight per queue.
+    pub queue_depth: u16,
+    /// `starting`, `live` or `stopping`.
+    pub state: String,
+}
+
+/// `POST /v1/vds/{name}/ublk`: export a virtual drive as a ublk block device.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportUblk {
+    /// Hardware queues (`None`: one per CPU, at most 4).
+    #[serde(default)]
+    pub queues: Option<u16>,
+    /// Requests in flight per queue (`None`: 64).
+    #[serde(default)]
+    pub queue_depth: Option<u16>,
 }
 
 /// `POST /v1/vds`: create a virtual drive.

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use tessera_api::CreateVd;
-use tessera_api::model::SetVd;
+use tessera_api::model::{ExportUblk, SetVd};
 
 use super::{Context, Failure};
 use crate::args::VdCommand;
@@ -88,6 +88,34 @@ pub fn run(context: &mut Context<'_>, command: VdCommand) -> Result<ExitCode, Fa
                 let text = output::describe_vd(context.style, &vd);
                 context.print(&text)?;
             }
+        }
+        VdCommand::Export {
+            name,
+            ublk: _,
+            queues,
+            queue_depth,
+            json,
+        } => {
+            let body = ExportUblk {
+                queues,
+                queue_depth,
+            };
+            let vd = context.client.export_vd_ublk(&name, &body)?;
+            if json.json {
+                context.json(&vd)?;
+            } else {
+                let device = vd
+                    .ublk
+                    .as_ref()
+                    .map_or("(no device)", |u| u.device.as_str());
+                let line = format!("{device}\n");
+                context.print(&line)?;
+            }
+        }
+        VdCommand::Unexport { name, ublk: _ } => {
+            context.client.unexport_vd_ublk(&name)?;
+            let line = format!("removed the ublk device of virtual drive {name}\n");
+            context.print(&line)?;
         }
         VdCommand::Delete { name, force } => {
             context.client.delete_vd(&name, force)?;

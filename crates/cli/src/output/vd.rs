@@ -81,6 +81,13 @@ pub fn describe_vd(style: Style, vd: &VdView) -> String {
             },
         ),
     ];
+    if let Some(ublk) = &vd.ublk {
+        let device = format!(
+            "{} ({}, {} queue(s) of depth {})",
+            ublk.device, ublk.state, ublk.queues, ublk.queue_depth
+        );
+        pairs.insert(5, ("ublk device", device));
+    }
     if !vd.thin {
         pairs.push((
             "offset",

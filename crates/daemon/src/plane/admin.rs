@@ -732,6 +732,18 @@ impl DataPlane {
                 "virtual drive {name} has {connections} client connection(s); disconnect them or use --force"
             )));
         }
+        // With --force, the API removed a live ublk device before this call (its removal
+        // needs the data plane); one starting or stopping meanwhile keeps the drive.
+        if let Some(device) = self.ublk_device_of(name) {
+            return Err(AdminError::Conflict(if force {
+                format!("virtual drive {name}: {device} is starting or stopping; try again")
+            } else {
+                format!(
+                    "virtual drive {name} is exported over ublk as {device}; remove it with \
+                     `tessera vd unexport {name} --ublk` or use --force"
+                )
+            }));
+        }
         self.close_vd_connections(name);
         self.drop_thin(name);
         let group = self.groups.get_mut(&dg).expect("found");

@@ -216,6 +216,7 @@ impl DataPlane {
                 }
             }
             progressed |= self.pump_thin();
+            progressed |= self.pump_ublk();
             self.send_compute();
             self.flush_connections();
             if !progressed {

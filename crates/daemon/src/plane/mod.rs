@@ -9,6 +9,7 @@ mod nbd;
 mod peer;
 mod thin;
 mod tls;
+mod ublk;
 mod views;
 
 use crate::ServeOptions;
@@ -28,6 +29,7 @@ use tessera_raid::engine::CommandId;
 use tessera_raid::superblock::Uuid;
 
 pub use admin::{AdminError, NewGroup, NewThin};
+pub(crate) use ublk::{export as export_ublk, unexport as unexport_ublk};
 
 /// A closure the control plane runs on the loop thread.
 pub type Call = Box<dyn FnOnce(&mut DataPlane) + Send>;
@@ -107,6 +109,8 @@ pub struct DataPlane {
     requests: tokens::Tokens<Requester>,
     /// The stores of thin virtual drives, by drive name.
     pub(crate) thin: BTreeMap<String, thin::ThinDrive>,
+    /// Virtual drives exported as ublk block devices.
+    ublk: ublk::UblkExports,
     calls: mpsc::Receiver<Call>,
     wake: Arc<EventFd>,
     signal_fd: Option<OwnedFd>,
@@ -145,6 +149,8 @@ pub struct DataPlane {
 pub(crate) enum Requester {
     /// A request of an NBD connection.
     Host(nbd::HostRequest),
+    /// A request of a ublk device.
+    Ublk(ublk::UblkRequest),
     /// A lower command of a thin drive's store.
     Thin {
         vd: String,
@@ -312,6 +318,7 @@ impl DataPlane {
             listeners,
             requests: tokens::Tokens::new(),
             thin: BTreeMap::new(),
+            ublk: ublk::UblkExports::default(),
             calls,
             wake: wake.clone(),
             signal_fd,
@@ -394,7 +401,8 @@ impl DataPlane {
                 group.engine.tick(now);
             }
             self.tick_thin(now);
-            if self.stopping {
+            // Engines serve ublk devices until they are gone (their removal flushes).
+            if self.stopping && self.ublk_idle() {
                 self.stop_groups_without_thin();
             }
             // The loop wakes at least once a second, so deadlines are kept to about a second.
@@ -502,6 +510,11 @@ impl DataPlane {
         for key in self.connections.keys() {
             self.close_connection(key, "daemon stopping");
         }
+        // ublk devices are removed first, their last writes served; then the rest stops.
+        self.remove_ublk_devices();
+        if !self.ublk_idle() {
+            return;
+        }
         // Thin drives write their last checkpoint through their group's engine first.
         self.shutdown_thin();
         self.stop_groups_without_thin();
@@ -519,6 +532,7 @@ impl DataPlane {
 
     fn shutdown_done(&self) -> bool {
         self.connections.len() == 0
+            && self.ublk_idle()
             && self.thin.values().all(|drive| drive.store.is_stopped())
             && self.groups.values().all(|group| {
                 group.computing == 0

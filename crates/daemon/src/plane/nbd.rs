@@ -740,8 +740,10 @@ impl DataPlane {
         id: u64,
         result: Result<Option<Vec<u8>>, tessera_thin::ThinError>,
     ) {
-        let Some(Requester::Host(pending)) = self.requests.remove(id) else {
-            return;
+        let pending = match self.requests.remove(id) {
+            Some(Requester::Host(pending)) => pending,
+            Some(Requester::Ublk(pending)) => return self.ublk_thin_reply(pending, result),
+            _ => return,
         };
         if !self.book_answer(&pending) {
             return;
@@ -803,6 +805,10 @@ impl DataPlane {
                 read_bytes,
             }) => {
                 self.thin_engine_reply(group, &vd, lower_id, read_bytes, reply.result);
+                return;
+            }
+            Some(Requester::Ublk(pending)) => {
+                self.ublk_engine_reply(group, pending, reply.result);
                 return;
             }
             None => return,

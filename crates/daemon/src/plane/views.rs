@@ -284,6 +284,7 @@ impl DataPlane {
             compression: vd.thin.as_ref().map(|thin| thin.compression),
             stats: self.thin_stats(vd),
             access: vd.access.clone(),
+            ublk: self.ublk_view(&vd.name),
         }
     }
 

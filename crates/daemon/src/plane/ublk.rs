@@ -1,0 +1,627 @@
+//! Virtual drives exported as ublk block devices (`/dev/ublkbN`).
+//!
+//! The device and its queue threads live in `tessera-ublk`. Each queue thread hands the
+//! requests it fetched to the data plane in one posted call (`PlaneSink`); the plane submits
+//! them to the drive's engine (thick drives, in the drive's extent) or thin store exactly as
+//! NBD requests are, and answers each through its `BlockRequest`, which wakes the queue thread
+//! to commit the answer. Write payloads are copied from the tag's buffer into an arena buffer
+//! (the engine writes members from the arena); read data is copied from the engine's arena
+//! buffer into the tag's buffer.
+//!
+//! Creating and removing a device block on the driver (START_DEV reads the partition table,
+//! STOP_DEV flushes the page cache through the queues), so they run on the API thread (or, at
+//! shutdown, a thread of their own) while the data plane keeps serving the device's requests.
+
+use super::{DataPlane, PlaneHandle, Requester};
+use crate::log;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+use tessera_api::model::{ApiError, ExportUblk, UblkView};
+use tessera_raid::engine::{HostError, HostOp, HostRequest as EngineRequest};
+use tessera_ublk::{BlockOp, BlockRequest, Device, DeviceConfig, RequestSink, UblkError};
+
+/// Requests in flight per queue unless asked otherwise.
+pub(crate) const DEFAULT_QUEUE_DEPTH: u16 = 64;
+/// The most queues chosen by default (one per CPU up to this).
+const DEFAULT_QUEUES_MAX: u16 = 4;
+
+/// Where an export is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UblkState {
+    /// The device is being created (its requests are served already).
+    Starting,
+    Live,
+    /// The device is being stopped and deleted (its requests are served until it is gone).
+    Stopping,
+}
+
+/// A virtual drive's ublk export.
+pub(crate) struct UblkExport {
+    /// Tells this export from an earlier one of the same drive.
+    id: u64,
+    group: u32,
+    vd_offset_bytes: u64,
+    size_bytes: u64,
+    thin: bool,
+    queues: u16,
+    queue_depth: u16,
+    state: UblkState,
+    /// The device while it is live (taken out to be removed).
+    device: Option<Device>,
+    device_id: Option<u32>,
+    /// Requests waiting for arena space for their payload, in arrival order.
+    waiting: VecDeque<BlockRequest>,
+    /// To post the end of a removal started on the data plane (shutdown).
+    plane: PlaneHandle,
+}
+
+/// The ublk exports of the data plane, by virtual drive name.
+#[derive(Default)]
+pub(crate) struct UblkExports {
+    exports: BTreeMap<String, UblkExport>,
+    next_id: u64,
+}
+
+/// A request of a ublk device submitted to an engine or a thin store.
+pub(crate) struct UblkRequest {
+    vd: String,
+    request: BlockRequest,
+    submitted: Instant,
+}
+
+/// Hands a queue's requests to the data plane.
+struct PlaneSink {
+    plane: PlaneHandle,
+    vd: String,
+    export: u64,
+}
+
+impl RequestSink for PlaneSink {
+    fn submit(&self, requests: Vec<BlockRequest>) {
+        let vd = self.vd.clone();
+        let export = self.export;
+        // If the plane is gone, the requests are dropped, which answers them with EIO.
+        self.plane
+            .post(move |plane| plane.ublk_requests(&vd, export, requests));
+    }
+}
+
+fn ublk_api_error(error: UblkError) -> ApiError {
+    match error {
+        UblkError::NotAvailable => ApiError::unavailable(error.to_string()),
+        UblkError::Invalid(message) => ApiError::invalid_argument(message),
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
+fn stopping() -> ApiError {
+    ApiError::unavailable("the daemon is stopping")
+}
+
+/// `vd export --ublk`: creates the drive's ublk device; returns once `/dev/ublkbN` is live.
+pub(crate) fn export(plane: &PlaneHandle, name: &str, body: ExportUblk) -> Result<(), ApiError> {
+    let queues = body.queues.unwrap_or_else(default_queues);
+    let queue_depth = body.queue_depth.unwrap_or(DEFAULT_QUEUE_DEPTH);
+    if !tessera_ublk::available() {
+        return Err(ublk_api_error(UblkError::NotAvailable));
+    }
+    let owned = name.to_string();
+    let handle = plane.clone();
+    let (id, size_bytes, read_only) = plane
+        .call(move |plane| plane.prepare_ublk(&owned, queues, queue_depth, handle))
+        .ok_or_else(stopping)??;
+    let config = DeviceConfig {
+        queues,
+        queue_depth,
+        size_bytes,
+        read_only,
+    };
+    let sink = Arc::new(PlaneSink {
+        plane: plane.clone(),
+        vd: name.to_string(),
+        export: id,
+    });
+    let owned = name.to_string();
+    match Device::create(config, sink) {
+        Ok(device) => {
+            let path = device.block_path();
+            let refused = plane.call(move |plane| plane.ublk_started(&owned, id, device));
+            if let Some(Some(mut device)) = refused {
+                // The drive was deleted, or the daemon began stopping, meanwhile.
+                let _ = device.remove();
+                return Err(ApiError::conflict(format!(
+                    "virtual drive {name} went away while {path} was starting"
+                )));
+            }
+            Ok(())
+        }
+        Err(error) => {
+            plane.call(move |plane| plane.ublk_forget(&owned, id));
+            Err(ublk_api_error(error))
+        }
+    }
+}
+
+/// `vd unexport --ublk`: stops and deletes the drive's ublk device; returns once it is gone.
+pub(crate) fn unexport(plane: &PlaneHandle, name: &str) -> Result<(), ApiError> {
+    let owned = name.to_string();
+    let (id, mut device) = plane
+        .call(move |plane| plane.begin_ublk_removal(&owned))
+        .ok_or_else(stopping)??;
+    let result = device.remove();
+    let owned = name.to_string();
+    plane.call(move |plane| plane.ublk_removed(&owned, id));
+    result.map_err(ublk_api_error)
+}
+
+fn default_queues() -> u16 {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cpus.min(usize::from(DEFAULT_QUEUES_MAX))) as u16
+}
+
+fn errno_of(error: HostError) -> i32 {
+    match error {
+        HostError::OutOfRange => libc::EINVAL,
+        HostError::Io => libc::EIO,
+        HostError::NotFast => libc::EOPNOTSUPP,
+        HostError::ShuttingDown => libc::ESHUTDOWN,
+    }
+}
+
+fn thin_errno_of(error: tessera_thin::ThinError) -> i32 {
+    match error {
+        tessera_thin::ThinError::OutOfRange => libc::EINVAL,
+        tessera_thin::ThinError::Io => libc::EIO,
+        tessera_thin::ThinError::NoSpace => libc::ENOSPC,
+        tessera_thin::ThinError::Unavailable => libc::ESHUTDOWN,
+    }
+}
+
+impl DataPlane {
+    /// Registers a starting export (it serves requests from now on). Returns its id, the
+    /// drive's size and whether it is read-only.
+    fn prepare_ublk(
+        &mut self,
+        name: &str,
+        queues: u16,
+        queue_depth: u16,
+        plane: PlaneHandle,
+    ) -> Result<(u64, u64, bool), ApiError> {
+        if self.stopping {
+            return Err(stopping());
+        }
+        let (group, vd) = self
+            .find_vd(name)
+            .ok_or_else(|| ApiError::not_found(format!("no virtual drive {name}")))?;
+        if let Some(export) = self.ublk.exports.get(name) {
+            let device = export
+                .device_id
+                .map(|id| format!(" as /dev/ublkb{id}"))
+                .unwrap_or_default();
+            return Err(ApiError::conflict(format!(
+                "virtual drive {name} is exported over ublk already{device}"
+            )));
+        }
+        DeviceConfig {
+            queues,
+            queue_depth,
+            size_bytes: vd.host_bytes(),
+            read_only: vd.access.read_only,
+        }
+        .validate()
+        .map_err(ublk_api_error)?;
+        let (group, vd_offset_bytes, size_bytes, thin, read_only) = (
+            group.id,
+            vd.offset_bytes,
+            vd.host_bytes(),
+            vd.thin.is_some(),
+            vd.access.read_only,
+        );
+        self.ublk.next_id += 1;
+        let id = self.ublk.next_id;
+        let export = UblkExport {
+            id,
+            group,
+            vd_offset_bytes,
+            size_bytes,
+            thin,
+            queues,
+            queue_depth,
+            state: UblkState::Starting,
+            device: None,
+            device_id: None,
+            waiting: VecDeque::new(),
+            plane,
+        };
+        self.ublk.exports.insert(name.to_string(), export);
+        Ok((id, size_bytes, read_only))
+    }
+
+    /// The device of a starting export is live; gives it back if the export is gone (or the
+    /// daemon is stopping), for the caller to remove.
+    fn ublk_started(&mut self, name: &str, id: u64, device: Device) -> Option<Device> {
+        let stopping = self.stopping;
+        let Some(export) = self.ublk.exports.get_mut(name).filter(|e| e.id == id) else {
+            return Some(device);
+        };
+        export.device_id = Some(device.id());
+        if stopping {
+            export.state = UblkState::Stopping;
+            self.ublk_removed(name, id);
+            return Some(device);
+        }
+        let path = device.block_path();
+        export.device = Some(device);
+        export.state = UblkState::Live;
+        self.events.push_info(
+            "vd_exported",
+            format!("virtual drive {name} exported as {path}"),
+            Some(export.group),
+            None,
+        );
+        log!("virtual drive {name} exported as {path}");
+        None
+    }
+
+    /// A starting export failed.
+    fn ublk_forget(&mut self, name: &str, id: u64) {
+        if self.ublk.exports.get(name).is_some_and(|e| e.id == id) {
+            let export = self.ublk.exports.remove(name).expect("present");
+            for request in export.waiting {
+                request.complete(Err(libc::ENODEV));
+            }
+            self.ublk_maybe_finish_shutdown();
+        }
+    }
+
+    /// Takes a live export's device out to be removed (its requests are served until then).
+    fn begin_ublk_removal(&mut self, name: &str) -> Result<(u64, Device), ApiError> {
+        let export = self.ublk.exports.get_mut(name).ok_or_else(|| {
+            ApiError::not_found(format!("virtual drive {name} has no ublk export"))
+        })?;
+        match export.state {
+            UblkState::Live => {}
+            UblkState::Starting => {
+                return Err(ApiError::conflict(format!(
+                    "the ublk export of {name} is still starting"
+                )));
+            }
+            UblkState::Stopping => {
+                return Err(ApiError::conflict(format!(
+                    "the ublk export of {name} is being removed already"
+                )));
+            }
+        }
+        export.state = UblkState::Stopping;
+        let device = export.device.take().expect("a live export has its device");
+        Ok((export.id, device))
+    }
+
+    /// A removed export's device is gone.
+    fn ublk_removed(&mut self, name: &str, id: u64) {
+        if self.ublk.exports.get(name).is_none_or(|e| e.id != id) {
+            return;
+        }
+        let export = self.ublk.exports.remove(name).expect("present");
+        for request in export.waiting {
+            request.complete(Err(libc::ENODEV));
+        }
+        if let Some(device_id) = export.device_id {
+            self.events.push_info(
+                "vd_unexported",
+                format!("virtual drive {name}: /dev/ublkb{device_id} removed"),
+                Some(export.group),
+                None,
+            );
+            log!("virtual drive {name}: /dev/ublkb{device_id} removed");
+        }
+        self.ublk_maybe_finish_shutdown();
+    }
+
+    /// Removes every live ublk device on threads of their own (daemon shutdown); the data
+    /// plane serves their last requests meanwhile.
+    pub(super) fn remove_ublk_devices(&mut self) {
+        let names: Vec<String> = self
+            .ublk
+            .exports
+            .iter()
+            .filter(|(_, export)| export.state == UblkState::Live)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in names {
+            let Ok((id, mut device)) = self.begin_ublk_removal(&name) else {
+                continue;
+            };
+            let plane = self.ublk.exports[&name].plane.clone();
+            let spawned = std::thread::Builder::new()
+                .name("ublk-remove".into())
+                .spawn(move || {
+                    if let Err(error) = device.remove() {
+                        log!("removing the ublk device of {name}: {error}");
+                    }
+                    plane.post(move |plane| plane.ublk_removed(&name, id));
+                });
+            if let Err(error) = spawned {
+                log!("cannot start a thread to remove a ublk device: {error}");
+            }
+        }
+    }
+
+    /// Whether every ublk export is gone (shutdown waits for it before stopping engines).
+    pub(super) fn ublk_idle(&self) -> bool {
+        self.ublk.exports.is_empty()
+    }
+
+    /// Once the last ublk device is gone during shutdown, thin drives and groups stop.
+    fn ublk_maybe_finish_shutdown(&mut self) {
+        if self.stopping && self.ublk_idle() {
+            self.shutdown_thin();
+            self.stop_groups_without_thin();
+        }
+    }
+
+    /// The ublk device of a virtual drive, for its view.
+    pub(crate) fn ublk_view(&self, name: &str) -> Option<UblkView> {
+        let export = self.ublk.exports.get(name)?;
+        let device_id = export.device_id?;
+        Some(UblkView {
+            device: format!("/dev/ublkb{device_id}"),
+            device_id,
+            queues: export.queues,
+            queue_depth: export.queue_depth,
+            state: match export.state {
+                UblkState::Starting => "starting",
+                UblkState::Live => "live",
+                UblkState::Stopping => "stopping",
+            }
+            .to_string(),
+        })
+    }
+
+    /// The drive's ublk device path, if it has one (for messages).
+    pub(crate) fn ublk_device_of(&self, name: &str) -> Option<String> {
+        self.ublk
+            .exports
+            .get(name)
+            .map(|export| match export.device_id {
+                Some(id) => format!("/dev/ublkb{id}"),
+                None => "a ublk device (starting)".to_string(),
+            })
+    }
+
+    /// Requests a queue thread fetched.
+    fn ublk_requests(&mut self, vd: &str, export: u64, requests: Vec<BlockRequest>) {
+        for request in requests {
+            let Some(entry) = self.ublk.exports.get_mut(vd).filter(|e| e.id == export) else {
+                request.complete(Err(libc::ENODEV));
+                continue;
+            };
+            if !entry.waiting.is_empty() {
+                entry.waiting.push_back(request);
+                continue;
+            }
+            if let Some(request) = self.ublk_submit(vd, request) {
+                let entry = self.ublk.exports.get_mut(vd).expect("looked up above");
+                entry.waiting.push_back(request);
+            }
+        }
+    }
+
+    /// Submits what waited for arena space, in order; true if anything went.
+    pub(super) fn pump_ublk(&mut self) -> bool {
+        let mut progressed = false;
+        let names: Vec<String> = self
+            .ublk
+            .exports
+            .iter()
+            .filter(|(_, export)| !export.waiting.is_empty())
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in names {
+            loop {
+                let export = self.ublk.exports.get_mut(&name).expect("listed");
+                let Some(request) = export.waiting.pop_front() else {
+                    break;
+                };
+                if let Some(request) = self.ublk_submit(&name, request) {
+                    let export = self.ublk.exports.get_mut(&name).expect("listed");
+                    export.waiting.push_front(request);
+                    break;
+                }
+                progressed = true;
+            }
+        }
+        progressed
+    }
+
+    /// Submits one request to the drive's engine or thin store, or answers it here. Gives it
+    /// back when a write finds no arena space (it waits for replies to free some).
+    fn ublk_submit(&mut self, vd: &str, request: BlockRequest) -> Option<BlockRequest> {
+        let export = self.ublk.exports.get(vd).expect("caller looked it up");
+        let len_bytes = u64::from(request.len_bytes);
+        // A flush has no range (the block layer leaves its sector at -1).
+        let in_range = request.op == BlockOp::Flush
+            || request
+                .offset_bytes
+                .checked_add(len_bytes)
+                .is_some_and(|end| end <= export.size_bytes);
+        let carries_data = matches!(request.op, BlockOp::Read | BlockOp::Write { .. });
+        if !in_range || (carries_data && request.data().len() as u64 != len_bytes) {
+            request.complete(Err(libc::EINVAL));
+            return None;
+        }
+        if let BlockOp::Unsupported(_) = request.op {
+            request.complete(Err(libc::EOPNOTSUPP));
+            return None;
+        }
+        if len_bytes == 0 && request.op != BlockOp::Flush {
+            request.complete(Ok(()));
+            return None;
+        }
+        if export.thin {
+            self.ublk_submit_thin(vd, request);
+            return None;
+        }
+        let group_id = export.group;
+        let offset_bytes = export.vd_offset_bytes + request.offset_bytes;
+        let Some(group) = self.groups.get_mut(&group_id) else {
+            request.complete(Err(libc::ENODEV));
+            return None;
+        };
+        let op = match request.op {
+            BlockOp::Read => HostOp::Read {
+                offset_bytes,
+                len_bytes,
+            },
+            BlockOp::Write { fua } => {
+                let Some(buffer) = group.engine.alloc_host_buffer(len_bytes as usize) else {
+                    return Some(request);
+                };
+                group.engine.pool_mut().slice_mut(buffer)[..len_bytes as usize]
+                    .copy_from_slice(request.data());
+                HostOp::Write {
+                    offset_bytes,
+                    buffer,
+                    fua,
+                }
+            }
+            BlockOp::Flush => HostOp::Flush,
+            BlockOp::Discard => HostOp::Trim {
+                offset_bytes,
+                len_bytes,
+            },
+            BlockOp::WriteZeroes { fua, unmap } => HostOp::WriteZeroes {
+                offset_bytes,
+                len_bytes,
+                may_deallocate: unmap,
+                fast_only: false,
+                fua,
+            },
+            BlockOp::Unsupported(_) => unreachable!("answered above"),
+        };
+        let id = self.requests.insert(Requester::Ublk(UblkRequest {
+            vd: vd.to_string(),
+            request,
+            submitted: Instant::now(),
+        }));
+        let group = self.groups.get_mut(&group_id).expect("looked up above");
+        group.engine.submit(EngineRequest { id, op });
+        None
+    }
+
+    fn ublk_submit_thin(&mut self, vd: &str, request: BlockRequest) {
+        let offset_bytes = request.offset_bytes;
+        let len_bytes = u64::from(request.len_bytes);
+        let op = match request.op {
+            BlockOp::Read => tessera_thin::HostOp::Read {
+                offset_bytes,
+                len_bytes,
+            },
+            BlockOp::Write { fua } => tessera_thin::HostOp::Write {
+                offset_bytes,
+                data: request.data().to_vec(),
+                fua,
+            },
+            BlockOp::Flush => tessera_thin::HostOp::Flush,
+            BlockOp::Discard => tessera_thin::HostOp::Trim {
+                offset_bytes,
+                len_bytes,
+            },
+            // Zeroes never take space on a thin drive.
+            BlockOp::WriteZeroes { fua, .. } => tessera_thin::HostOp::WriteZeroes {
+                offset_bytes,
+                len_bytes,
+                fua,
+            },
+            BlockOp::Unsupported(_) => unreachable!("answered by ublk_submit"),
+        };
+        let id = self.requests.insert(Requester::Ublk(UblkRequest {
+            vd: vd.to_string(),
+            request,
+            submitted: Instant::now(),
+        }));
+        if !self.thin_submit(vd, id, op)
+            && let Some(Requester::Ublk(pending)) = self.requests.remove(id)
+        {
+            pending.request.complete(Err(libc::ENODEV));
+        }
+    }
+
+    /// An engine answered a ublk request.
+    pub(super) fn ublk_engine_reply(
+        &mut self,
+        group: u32,
+        pending: UblkRequest,
+        result: Result<Option<tessera_buffer::BufferId>, HostError>,
+    ) {
+        let UblkRequest {
+            vd,
+            mut request,
+            submitted,
+        } = pending;
+        self.count_ublk_io(&vd, &request, submitted);
+        match result {
+            Ok(Some(buffer)) => {
+                let len = request.len_bytes as usize;
+                if let Some(group) = self.groups.get_mut(&group) {
+                    request
+                        .data_mut()
+                        .copy_from_slice(&group.engine.pool().slice(buffer)[..len]);
+                    group.engine.pool_mut().free(buffer);
+                    request.complete(Ok(()));
+                } else {
+                    request.complete(Err(libc::EIO));
+                }
+            }
+            Ok(None) => request.complete(Ok(())),
+            Err(error) => request.complete(Err(errno_of(error))),
+        }
+    }
+
+    /// A thin store answered a ublk request.
+    pub(super) fn ublk_thin_reply(
+        &mut self,
+        pending: UblkRequest,
+        result: Result<Option<Vec<u8>>, tessera_thin::ThinError>,
+    ) {
+        let UblkRequest {
+            vd,
+            mut request,
+            submitted,
+        } = pending;
+        self.count_ublk_io(&vd, &request, submitted);
+        match result {
+            Ok(Some(data)) => {
+                assert_eq!(data.len(), request.len_bytes as usize);
+                request.data_mut().copy_from_slice(&data);
+                request.complete(Ok(()));
+            }
+            Ok(None) => request.complete(Ok(())),
+            Err(error) => request.complete(Err(thin_errno_of(error))),
+        }
+    }
+
+    /// Adds an answered read or write to its drive's counters (`/metrics`).
+    fn count_ublk_io(&mut self, vd: &str, request: &BlockRequest, submitted: Instant) {
+        let latency_us = submitted.elapsed().as_micros() as u64;
+        let bytes = u64::from(request.len_bytes);
+        let counters = match self.vd_io.get_mut(vd) {
+            Some(counters) => counters,
+            None => self.vd_io.entry(vd.to_string()).or_default(),
+        };
+        match request.op {
+            BlockOp::Read => {
+                counters.reads += 1;
+                counters.read_bytes += bytes;
+                counters.read_latency_us += latency_us;
+            }
+            BlockOp::Write { .. } => {
+                counters.writes += 1;
+                counters.write_bytes += bytes;
+                counters.write_latency_us += latency_us;
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! A ublk device from creation to deletion: ADD_DEV, SET_PARAMS, the queue threads, START_DEV;
+//! and STOP_DEV, the queues' end, DEL_DEV.
+
+use std::fs::File;
+use std::sync::Arc;
+
+use crate::control::Control;
+use crate::error::UblkError;
+use crate::queue::{QueueConfig, QueueThread, open_when_present};
+use crate::request::RequestSink;
+use crate::uapi::{self, ParamBasic, ParamDiscard, Params};
+
+/// Largest request the device takes (the block layer splits larger ones).
+pub const MAX_IO_BYTES: u32 = 512 * 1024;
+/// Largest discard or write-zeroes request.
+const MAX_DISCARD_BYTES: u64 = 1 << 30;
+
+/// What a device looks like to hosts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// Hardware queues, each served by a thread.
+    pub queues: u16,
+    /// Requests in flight per queue.
+    pub queue_depth: u16,
+    /// Size in bytes (a multiple of 512).
+    pub size_bytes: u64,
+    /// Refuse writes.
+    pub read_only: bool,
+}
+
+impl DeviceConfig {
+    /// Checks the settings against the driver's limits.
+    pub fn validate(&self) -> Result<(), UblkError> {
+        if self.queues == 0 || self.queues > 64 {
+            return Err(UblkError::Invalid(format!(
+                "queues must be 1 to 64 (asked for {})",
+                self.queues
+            )));
+        }
+        if self.queue_depth == 0 || self.queue_depth > 1024 {
+            return Err(UblkError::Invalid(format!(
+                "queue depth must be 1 to 1024 (asked for {})",
+                self.queue_depth
+            )));
+        }
+        if self.size_bytes == 0 || !self.size_bytes.is_multiple_of(512) {
+            return Err(UblkError::Invalid(format!(
+                "the device size must be a positive multiple of 512 bytes (it is {})",
+                self.size_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// The parameters SET_PARAMS gives the driver: 512-byte logical blocks, 4 KiB physical
+    /// ones, a volatile write cache with FUA (so flushes and FUA writes reach the server),
+    /// and discard and write-zeroes.
+    pub fn params(&self, max_io_bytes: u32) -> Params {
+        let attrs = uapi::ATTR_VOLATILE_CACHE
+            | uapi::ATTR_FUA
+            | if self.read_only {
+                uapi::ATTR_READ_ONLY
+            } else {
+                0
+            };
+        Params {
+            len: uapi::PARAMS_BYTES as u32,
+            types: uapi::PARAM_TYPE_BASIC | uapi::PARAM_TYPE_DISCARD,
+            basic: ParamBasic {
+                attrs,
+                logical_bs_shift: 9,
+                physical_bs_shift: 12,
+                io_opt_shift: 12,
+                io_min_shift: 12,
+                max_sectors: max_io_bytes >> 9,
+                chunk_sectors: 0,
+                dev_sectors: self.size_bytes >> 9,
+                virt_boundary_mask: 0,
+            },
+            discard: ParamDiscard {
+                discard_alignment: 0,
+                discard_granularity: 4096,
+                max_discard_sectors: (MAX_DISCARD_BYTES >> 9) as u32,
+                max_write_zeroes_sectors: (MAX_DISCARD_BYTES >> 9) as u32,
+                max_discard_segments: 1,
+                reserved0: 0,
+            },
+        }
+    }
+}
+
+/// A started ublk device. `remove` (or dropping it) stops and deletes it.
+pub struct Device {
+    id: u32,
+    control: Control,
+    queues: Vec<QueueThread>,
+    /// `/dev/ublkcN`, shared by the queues; closed before DEL_DEV, which waits for that.
+    char_device: Option<Arc<File>>,
+    removed: bool,
+}
+
+impl Device {
+    /// Creates and starts `/dev/ublkbN`, its requests going to `sink`. Requests arrive while
+    /// this runs (the kernel reads the partition table), so the sink must be served by
+    /// another thread. On failure nothing is left behind.
+    pub fn create(config: DeviceConfig, sink: Arc<dyn RequestSink>) -> Result<Device, UblkError> {
+        config.validate()?;
+        let mut control = Control::open()?;
+        let info = control.add_device(config.queues, config.queue_depth, MAX_IO_BYTES)?;
+        let mut device = Device {
+            id: info.dev_id,
+            control,
+            queues: Vec::new(),
+            char_device: None,
+            removed: false,
+        };
+        // The driver may round the buffer size down (to whole pages).
+        let max_io_bytes = info.max_io_buf_bytes.min(MAX_IO_BYTES);
+        if let Err(error) = device.start(config, max_io_bytes, sink) {
+            let _ = device.remove();
+            return Err(error);
+        }
+        Ok(device)
+    }
+
+    fn start(
+        &mut self,
+        config: DeviceConfig,
+        max_io_bytes: u32,
+        sink: Arc<dyn RequestSink>,
+    ) -> Result<(), UblkError> {
+        if max_io_bytes < 4096 {
+            return Err(UblkError::Invalid(format!(
+                "the ublk driver keeps only {max_io_bytes} bytes per request"
+            )));
+        }
+        self.control
+            .set_params(self.id, &config.params(max_io_bytes))?;
+        let path = format!("{}{}", uapi::CHAR_DEVICE_PREFIX, self.id);
+        let char_device = Arc::new(open_when_present(&path)?);
+        self.char_device = Some(char_device.clone());
+        for queue in 0..config.queues {
+            self.queues.push(QueueThread::start(QueueConfig {
+                dev_id: self.id,
+                queue,
+                depth: config.queue_depth,
+                max_io_bytes: max_io_bytes as usize,
+                sink: sink.clone(),
+                char_device: char_device.clone(),
+            })?);
+        }
+        self.control.start_device(self.id)
+    }
+
+    /// The device number N of `/dev/ublkbN`.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// `/dev/ublkbN`.
+    pub fn block_path(&self) -> String {
+        format!("{}{}", uapi::BLOCK_DEVICE_PREFIX, self.id)
+    }
+
+    /// Whether the driver reports the device live.
+    pub fn is_live(&mut self) -> Result<bool, UblkError> {
+        Ok(self.control.device_info(self.id)?.state == uapi::DEV_STATE_LIVE)
+    }
+
+    /// Stops the block device (requests in flight are answered by the server first), ends the
+    /// queue threads and deletes the device. Every step runs even if one fails; the first
+    /// error is returned.
+    pub fn remove(&mut self) -> Result<(), UblkError> {
+        if self.removed {
+            return Ok(());
+        }
+        self.removed = true;
+        let stopped = self.control.stop_device(self.id);
+        for queue in &self.queues {
+            queue.stop();
+        }
+        for queue in self.queues.drain(..) {
+            let _ = queue.join.join();
+        }
+        self.char_device = None;
+        let deleted = self.control.delete_device(self.id);
+        stopped.and(deleted)
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        let _ = self.remove();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> DeviceConfig {
+        DeviceConfig {
+            queues: 2,
+            queue_depth: 64,
+            size_bytes: 1 << 30,
+            read_only: false,
+        }
+    }
+
+    #[test]
+    fn parameters_describe_the_drive() {
+        let params = config().params(MAX_IO_BYTES);
+        assert_eq!(params.len, 60);
+        assert_eq!(params.basic.dev_sectors, 1 << 21);
+        assert_eq!(params.basic.max_sectors, 1024);
+        assert_eq!(params.basic.logical_bs_shift, 9);
+        assert_ne!(params.basic.attrs & uapi::ATTR_VOLATILE_CACHE, 0);
+        assert_ne!(params.basic.attrs & uapi::ATTR_FUA, 0);
+        assert_eq!(params.basic.attrs & uapi::ATTR_READ_ONLY, 0);
+        assert_eq!(params.discard.max_discard_segments, 1);
+        assert_eq!(params.discard.discard_granularity, 4096);
+        let read_only = DeviceConfig {
+            read_only: true,
+            ..config()
+        };
+        assert_ne!(
+            read_only.params(MAX_IO_BYTES).basic.attrs & uapi::ATTR_READ_ONLY,
+            0
+        );
+    }
+
+    #[test]
+    fn settings_out_of_range_are_refused() {
+        assert!(config().validate().is_ok());
+        for bad in [
+            DeviceConfig {
+                queues: 0,
+                ..config()
+            },
+            DeviceConfig {
+                queue_depth: 0,
+                ..config()
+            },
+            DeviceConfig {
+                queue_depth: 4096,
+                ..config()
+            },
+            DeviceConfig {
+                size_bytes: 1000,
+                ..config()
+            },
+        ] {
+            assert!(
+                matches!(bad.validate(), Err(UblkError::Invalid(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_kernel_without_ublk_gets_a_clear_error() {
+        if std::path::Path::new(uapi::CONTROL_PATH).exists() {
+            return;
+        }
+        struct Nowhere;
+        impl RequestSink for Nowhere {
+            fn submit(&self, _: Vec<crate::BlockRequest>) {}
+        }
+        let error = Device::create(config(), Arc::new(Nowhere))
+            .err()
+            .expect("no ublk here");
+        assert_eq!(error, UblkError::NotAvailable);
+        assert!(error.to_string().contains("ublk_drv"), "{error}");
+    }
+}

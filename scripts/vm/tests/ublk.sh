@@ -1,0 +1,267 @@
+#!/bin/sh
+# Tessera's ublk front end in the test VM, run by xtask/tests/vm_ublk.rs with five virtio disks
+# and the tessera binary included:
+#   cargo xtask vm run --disks 5x256M --include-binary target/debug/tessera \
+#       scripts/vm/tests/ublk.sh
+# `tessera serve` runs in the guest over /dev/vda../dev/vdd (RAID5, 64 KiB chunks) with
+# /dev/vde as a hot spare; `tessera vd export --ublk` makes its virtual drive /dev/ublkb0.
+#   device: size, queues, write cache and FUA as the kernel sees them; refusals (no such drive,
+#           exported twice, deleted while exported);
+#   raw:    fio verify (crc32c, io_uring, direct, several queues), flushes reach the server,
+#           write-zeroes reads back zeroes, discard drops whole regions;
+#   ext4:   files checksummed, a member fails while mounted, the hot spare is rebuilt,
+#           e2fsck -fn clean, files verify;
+#   xfs:    the same with the failed member brought back and rebuilt, xfs_repair -n clean;
+#   end:    unexport removes /dev/ublkb0 and /dev/ublkc0; daemon shutdown removes a live device
+#           and exits 0; vd delete --force removes it too.
+# Each step prints one line the Rust test looks for; any failed check exits non-zero.
+set -eu
+
+work=/tmp/tessera
+mkdir -p "$work"
+export TESSERA_API_SOCKET=$work/api.sock
+started=$(date +%s)
+vd=ublktest
+size=$((384 << 20))
+
+fail() {
+    echo "FAILED: $*"
+    echo "--- daemon log (last 40 lines)"
+    tail -n 40 "$work/daemon.log" 2>/dev/null || true
+    exit 1
+}
+step() {
+    echo "step: $* (at $(($(date +%s) - started)) s)"
+}
+start_daemon() {
+    tessera serve --config /dev/null --state-dir "$work/state" --nbd-socket "$work/nbd.sock" \
+        --parity-engine cpu >>"$work/daemon.log" 2>&1 &
+    daemon=$!
+    i=0
+    until tessera info >/dev/null 2>&1; do
+        i=$((i + 1))
+        [ "$i" -lt 600 ] || fail "the daemon did not answer within 60 s"
+        kill -0 "$daemon" 2>/dev/null || fail "the daemon exited"
+        sleep 0.1
+    done
+}
+# Field of `tessera dg describe 0 --json` at the group's level (two spaces in).
+group_state() {
+    tessera dg describe 0 --json | sed -n 's/^  "state": "\(.*\)",$/\1/p'
+}
+expect_group_state() {
+    state=$(group_state)
+    case " $* " in
+    *" $state "*) ;;
+    *) fail "drive group 0 is '$state', expected one of: $*" ;;
+    esac
+}
+wait_for_rebuild() {
+    tessera dg describe 0 --wait --poll-ms 200 >/dev/null || fail "dg describe --wait"
+    expect_group_state optimal
+}
+drop_caches() {
+    sync
+    echo 3 >/proc/sys/vm/drop_caches
+}
+# Field N of /sys/block/DEV/stat (12: discards completed, 16: flushes completed).
+block_stat() {
+    awk -v field="$2" '{ print $field }' "/sys/block/$1/stat"
+}
+# Exports the drive and checks that the printed device is a block device.
+export_drive() {
+    device=$(tessera vd export "$vd" --ublk "$@") || fail "vd export --ublk $*"
+    [ "$device" = /dev/ublkb0 ] || fail "vd export printed '$device', expected /dev/ublkb0"
+    test -b /dev/ublkb0 || fail "no block device /dev/ublkb0 after the export"
+}
+wait_gone() {
+    i=0
+    while [ -e "$1" ]; do
+        i=$((i + 1))
+        [ "$i" -lt 100 ] || fail "$1 still exists"
+        sleep 0.1
+    done
+}
+# COUNT random files of 64 KiB to 512 KiB under MOUNT/NAME, their checksums appended to SUMS.
+write_files() {
+    mount_point=$1
+    name=$2
+    count=$3
+    sums=$4
+    mkdir -p "$mount_point/$name/tree"
+    i=0
+    while [ "$i" -lt "$count" ]; do
+        blocks=$((1 + ($(od -An -N2 -tu2 /dev/urandom) % 8)))
+        dd if=/dev/urandom of="$mount_point/$name/file$i" bs=64k count="$blocks" 2>/dev/null
+        echo "small file $name $i" >"$mount_point/$name/tree/note$i"
+        i=$((i + 1))
+    done
+    (cd "$mount_point" && find "$name" -type f | sort | xargs sha256sum) >>"$sums"
+}
+verify_files() {
+    mount_point=$1
+    sums=$2
+    what=$3
+    drop_caches
+    (cd "$mount_point" && sha256sum -c -s "$sums") || fail "files differ ($what)"
+    echo "files verify: $what ($(wc -l <"$sums") files)"
+}
+# The block layer logs "... error, dev ublkb0, ..." for every request answered with an error.
+no_request_errors() {
+    if dmesg | grep 'error, dev ublkb0'; then
+        fail "requests to /dev/ublkb0 failed"
+    fi
+}
+fio_verify() {
+    name=$1
+    shift
+    fio --name="$name" --filename=/dev/ublkb0 --ioengine=io_uring --direct=1 --verify=crc32c \
+        --do_verify=1 --verify_fatal=1 --numjobs=1 --eta=never --output="$work/fio-$name.out" "$@" ||
+        { tail -n 20 "$work/fio-$name.out"; fail "fio $name"; }
+    grep -q 'err= 0' "$work/fio-$name.out" || fail "fio $name reported an error"
+}
+
+# --- the daemon, the group and the drive
+modprobe ublk_drv
+test -c /dev/ublk-control || fail "no /dev/ublk-control after modprobe ublk_drv"
+start_daemon
+tessera pd add /dev/vda /dev/vdb /dev/vdc /dev/vdd >/dev/null
+tessera pd add --spare /dev/vde >/dev/null
+tessera dg create --level 5 --chunk 64K 0 1 2 3 >/dev/null
+tessera vd create 0 --size 384M --name "$vd" >/dev/null
+expect_group_state optimal
+echo "group: RAID5 over vda-vdd, spare vde, optimal"
+step "daemon up"
+
+# --- the device
+if tessera vd export nosuch --ublk >"$work/refused.out" 2>&1; then
+    fail "exporting a drive that does not exist succeeded"
+fi
+grep -q 'no virtual drive nosuch' "$work/refused.out" || fail "wrong refusal: $(cat "$work/refused.out")"
+echo "refused: export of a missing drive"
+export_drive --queues 2 --queue-depth 32
+got=$(blockdev --getsize64 /dev/ublkb0)
+[ "$got" -eq "$size" ] || fail "/dev/ublkb0 has $got bytes, expected $size"
+queues=$(ls /sys/block/ublkb0/mq | wc -l)
+[ "$queues" -eq 2 ] || fail "/dev/ublkb0 has $queues hardware queues, expected 2"
+cache=$(cat /sys/block/ublkb0/queue/write_cache)
+[ "$cache" = "write back" ] || fail "write cache is '$cache', expected 'write back'"
+[ "$(cat /sys/block/ublkb0/queue/fua)" = 1 ] || fail "FUA is off"
+tessera vd describe "$vd" --json | grep -q '"device": "/dev/ublkb0"' || fail "vd describe has no ublk device"
+echo "ublkb0: $got bytes, 2 queues, write back with FUA"
+if tessera vd export "$vd" --ublk >"$work/refused.out" 2>&1; then
+    fail "exporting the drive twice succeeded"
+fi
+grep -q 'exported over ublk already' "$work/refused.out" || fail "wrong refusal: $(cat "$work/refused.out")"
+echo "refused: a second export"
+step "exported"
+
+# --- raw device
+fio_verify random --rw=randwrite --bsrange=4k-128k --size=48M --iodepth=16
+fio_verify sequential --rw=write --bs=512k --offset=64M --size=64M --iodepth=4
+echo "fio verify: random and sequential ok"
+flushes=$(block_stat ublkb0 16)
+fio_verify fsync --rw=randwrite --bs=4k --offset=160M --size=1M --iodepth=1 --fsync=8
+[ "$(block_stat ublkb0 16)" -gt "$flushes" ] || fail "no flush reached /dev/ublkb0"
+echo "flush: reaches the device"
+# Write zeroes (fallocate's zero range on a block device): over random data, reads back zeroes.
+[ "$(cat /sys/block/ublkb0/queue/write_zeroes_max_bytes)" -gt 0 ] || fail "no write zeroes"
+dd if=/dev/urandom of=/dev/ublkb0 bs=1M seek=200 count=8 oflag=direct 2>/dev/null
+xfs_io -c "fzero -k 200m 8m" /dev/ublkb0 || fail "fzero"
+dd if=/dev/ublkb0 of="$work/zeroes" bs=1M skip=200 count=8 iflag=direct 2>/dev/null
+cmp -n $((8 << 20)) /dev/zero "$work/zeroes" || fail "write zeroes left data behind"
+echo "write zeroes: reads back zeroes"
+# Discard: whole regions of the group (4 MiB) read back as zeroes.
+dd if=/dev/urandom of=/dev/ublkb0 bs=1M seek=256 count=32 oflag=direct 2>/dev/null
+discards=$(block_stat ublkb0 12)
+blkdiscard -o $((256 << 20)) -l $((32 << 20)) /dev/ublkb0 || fail "blkdiscard"
+[ "$(block_stat ublkb0 12)" -gt "$discards" ] || fail "no discard reached /dev/ublkb0"
+dd if=/dev/ublkb0 of="$work/discarded" bs=1M skip=264 count=16 iflag=direct 2>/dev/null
+cmp -n $((16 << 20)) /dev/zero "$work/discarded" || fail "discarded regions still hold data"
+echo "discard: whole regions read back zeroes"
+no_request_errors
+step "raw done"
+
+# --- ext4: a member fails while mounted, the hot spare takes over
+mkdir -p /mnt/ublk
+mkfs.ext4 -q /dev/ublkb0
+mount -t ext4 /dev/ublkb0 /mnt/ublk
+: >/tmp/sums.ext4
+write_files /mnt/ublk before 10 /tmp/sums.ext4
+sync
+tessera pd fail 2 >/dev/null
+expect_group_state degraded rebuilding optimal
+echo "ext4: member 2 failed while mounted"
+write_files /mnt/ublk during 6 /tmp/sums.ext4
+verify_files /mnt/ublk /tmp/sums.ext4 "ext4 after the failure"
+wait_for_rebuild
+tessera dg describe 0 --json | grep -q '"pd": 4,' || fail "the spare (pd 4) is not a member"
+echo "ext4: rebuilt onto the spare, group optimal"
+umount /mnt/ublk
+e2fsck -fn /dev/ublkb0 >"$work/e2fsck.out" 2>&1 || { cat "$work/e2fsck.out"; fail "e2fsck"; }
+echo "e2fsck: clean"
+mount -t ext4 /dev/ublkb0 /mnt/ublk
+verify_files /mnt/ublk /tmp/sums.ext4 "ext4 remounted"
+umount /mnt/ublk
+step "ext4 done"
+
+# --- xfs: a member fails while mounted, comes back online and is rebuilt
+mkfs.xfs -q -f /dev/ublkb0
+mount -t xfs /dev/ublkb0 /mnt/ublk
+: >/tmp/sums.xfs
+write_files /mnt/ublk before 10 /tmp/sums.xfs
+sync
+tessera pd fail 1 >/dev/null
+expect_group_state degraded
+echo "xfs: member 1 failed while mounted"
+write_files /mnt/ublk during 6 /tmp/sums.xfs
+verify_files /mnt/ublk /tmp/sums.xfs "xfs degraded"
+tessera pd online 1 >/dev/null
+wait_for_rebuild
+echo "xfs: member 1 back online and rebuilt, group optimal"
+umount /mnt/ublk
+xfs_repair -n /dev/ublkb0 >"$work/xfs_repair.out" 2>&1 || { cat "$work/xfs_repair.out"; fail "xfs_repair"; }
+echo "xfs_repair: clean"
+mount -t xfs /dev/ublkb0 /mnt/ublk
+verify_files /mnt/ublk /tmp/sums.xfs "xfs remounted"
+umount /mnt/ublk
+step "xfs done"
+fio_verify rebuilt --rw=randrw --bsrange=4k-64k --size=16M --iodepth=16
+no_request_errors
+echo "fio verify: after the rebuilds ok"
+
+# --- removal: unexport, delete while exported, daemon shutdown
+tessera vd unexport "$vd" --ublk >/dev/null || fail "vd unexport"
+wait_gone /dev/ublkb0
+wait_gone /dev/ublkc0
+if tessera vd describe "$vd" --json | grep -q '"ublk": {'; then
+    fail "vd describe still shows a ublk device"
+fi
+echo "unexport: /dev/ublkb0 and /dev/ublkc0 removed"
+export_drive
+if tessera vd delete "$vd" >"$work/refused.out" 2>&1; then
+    fail "deleting an exported drive without --force succeeded"
+fi
+grep -q 'exported over ublk' "$work/refused.out" || fail "wrong refusal: $(cat "$work/refused.out")"
+echo "refused: delete of an exported drive"
+kill -TERM "$daemon"
+status=0
+wait "$daemon" || status=$?
+[ "$status" -eq 0 ] || fail "the daemon exited with $status on SIGTERM"
+wait_gone /dev/ublkb0
+wait_gone /dev/ublkc0
+grep -q 'all drive groups stopped cleanly' "$work/daemon.log" || fail "no clean stop in the log"
+echo "shutdown: device removed, daemon exited 0"
+start_daemon
+expect_group_state optimal
+export_drive
+tessera vd delete "$vd" --force >/dev/null || fail "vd delete --force"
+wait_gone /dev/ublkb0
+if tessera vd list | grep -q "$vd"; then
+    fail "the drive survived vd delete --force"
+fi
+echo "delete --force: device removed with the drive"
+kill -TERM "$daemon"
+wait "$daemon" || fail "the daemon failed to stop"
+step "removal done"
+echo "UBLK-OK"

@@ -1,0 +1,114 @@
+//! Boots the test VM and runs scripts/vm/tests/ublk.sh in it (see docs/vm.md and
+//! docs/ublk.md): `tessera serve` inside the guest over five virtio disks (RAID5 and a hot
+//! spare), its virtual drive exported as /dev/ublkb0 through the kernel's ublk driver; fio
+//! verify, flush, write zeroes and discard on the raw device; ext4 and xfs with files through
+//! a member failure and a rebuild, fsck clean; the device removed by unexport, by daemon
+//! shutdown and by a forced delete. About 80 s under software emulation.
+//!
+//! The tessera binary comes from `cargo build --profile test -p tessera-cli` (the build that
+//! `cargo test` itself makes of it), or from `TESSERA_VM_BINARY` when set.
+//!
+//! Skips, saying why, when QEMU or the Debian packages are unavailable (`cargo xtask vm` exits
+//! with 77); with `TESSERA_VM_REQUIRED=1` that is a failure instead.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const EXIT_UNAVAILABLE: i32 = 77;
+
+fn tessera_binary(workspace: &Path) -> PathBuf {
+    if let Some(path) = std::env::var_os("TESSERA_VM_BINARY") {
+        return PathBuf::from(path);
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "--locked", "--profile", "test"])
+        .args(["-p", "tessera-cli", "--bin", "tessera"])
+        .current_dir(workspace)
+        .status()
+        .expect("cannot run cargo");
+    assert!(status.success(), "cargo build -p tessera-cli: {status}");
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace.join("target"), PathBuf::from)
+        .join("debug")
+        .join("tessera")
+}
+
+#[test]
+fn virtual_drive_as_a_ublk_block_device_in_the_vm() {
+    let xtask = env!("CARGO_BIN_EXE_xtask");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let tessera = tessera_binary(workspace);
+    let output = Command::new(xtask)
+        .args(["vm", "run", "--disks", "5x256M", "--timeout", "400"])
+        .arg("--include-binary")
+        .arg(&tessera)
+        .arg("scripts/vm/tests/ublk.sh")
+        .current_dir(workspace)
+        .output()
+        .expect("cannot run xtask");
+    let console = String::from_utf8_lossy(&output.stdout).replace("\r\n", "\n");
+    let log = String::from_utf8_lossy(&output.stderr);
+
+    if output.status.code() == Some(EXIT_UNAVAILABLE) {
+        let required = std::env::var("TESSERA_VM_REQUIRED").is_ok_and(|value| value == "1");
+        assert!(!required, "the test VM is unavailable:\n{log}");
+        eprintln!("skipping the VM ublk test, the test VM is unavailable:\n{log}");
+        return;
+    }
+    let context = format!(
+        "status {}\n--- console\n{console}\n--- log\n{log}",
+        output.status
+    );
+    assert!(output.status.success(), "{context}");
+
+    // fio's progress lines share lines with what follows them: look for the steps anywhere.
+    let lines: Vec<&str> = console.lines().map(str::trim_end).collect();
+    let has = |expected: &str| lines.iter().any(|line| line.ends_with(expected));
+    assert!(
+        !lines.iter().any(|line| line.contains("FAILED: ")),
+        "{context}"
+    );
+    for expected in [
+        "group: RAID5 over vda-vdd, spare vde, optimal",
+        "refused: export of a missing drive",
+        "ublkb0: 402653184 bytes, 2 queues, write back with FUA",
+        "refused: a second export",
+        "fio verify: random and sequential ok",
+        "flush: reaches the device",
+        "write zeroes: reads back zeroes",
+        "discard: whole regions read back zeroes",
+        "ext4: member 2 failed while mounted",
+        "ext4: rebuilt onto the spare, group optimal",
+        "e2fsck: clean",
+        "xfs: member 1 failed while mounted",
+        "xfs: member 1 back online and rebuilt, group optimal",
+        "xfs_repair: clean",
+        "fio verify: after the rebuilds ok",
+        "unexport: /dev/ublkb0 and /dev/ublkc0 removed",
+        "refused: delete of an exported drive",
+        "shutdown: device removed, daemon exited 0",
+        "delete --force: device removed with the drive",
+        "UBLK-OK",
+    ] {
+        assert!(has(expected), "missing {expected:?}\n{context}");
+    }
+    // Every file set verified, with the files written before and during the failure.
+    for what in [
+        "ext4 after the failure",
+        "ext4 remounted",
+        "xfs degraded",
+        "xfs remounted",
+    ] {
+        let expected = format!("files verify: {what} (32 files)");
+        assert!(has(&expected), "missing {expected:?}\n{context}");
+    }
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|line| line.starts_with("VM-RESULT: "))
+            .count(),
+        1
+    );
+    assert!(has("VM-RESULT: 0"), "{context}");
+}
