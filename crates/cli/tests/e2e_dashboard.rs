@@ -182,7 +182,9 @@ fn dashboard_shows_group_and_member_states() {
         )
         .unwrap_or_else(|| panic!("no {hook} shown; DOM:\n{dom}"));
         assert!(
-            readings.iter().any(|stats| stats[key].to_string() == shown),
+            readings
+                .iter()
+                .any(|stats| stats[key].as_u64() == shown.parse::<u64>().ok()),
             "{hook}: page {shown}, daemon {readings:?}"
         );
     }
