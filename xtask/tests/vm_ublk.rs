@@ -2,8 +2,9 @@
 //! docs/ublk.md): `tessera serve` inside the guest over five virtio disks (RAID5 and a hot
 //! spare), its virtual drive exported as /dev/ublkb0 through the kernel's ublk driver; fio
 //! verify, flush, write zeroes and discard on the raw device; ext4 and xfs with files through
-//! a member failure and a rebuild, fsck clean; the device removed by unexport, by daemon
-//! shutdown and by a forced delete. About 80 s under software emulation.
+//! a member failure and a rebuild, fsck clean; a thin drive beside it as /dev/ublkb1; the
+//! device removed by unexport, by daemon shutdown and by a forced delete. About 90 s under
+//! software emulation.
 //!
 //! The tessera binary comes from `cargo build --profile test -p tessera-cli` (the build that
 //! `cargo test` itself makes of it), or from `TESSERA_VM_BINARY` when set.
@@ -85,6 +86,8 @@ fn virtual_drive_as_a_ublk_block_device_in_the_vm() {
         "xfs: member 1 back online and rebuilt, group optimal",
         "xfs_repair: clean",
         "fio verify: after the rebuilds ok",
+        "thin: fio verify, discard, ext4 and e2fsck through /dev/ublkb1",
+        "files verify: thin drive (16 files)",
         "unexport: /dev/ublkb0 and /dev/ublkc0 removed",
         "refused: delete of an exported drive",
         "shutdown: device removed, daemon exited 0",

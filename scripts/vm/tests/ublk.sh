@@ -12,6 +12,7 @@
 #   ext4:   files checksummed, a member fails while mounted, the hot spare is rebuilt,
 #           e2fsck -fn clean, files verify;
 #   xfs:    the same with the failed member brought back and rebuilt, xfs_repair -n clean;
+#   thin:   a thin drive as /dev/ublkb1: fio verify, discard, ext4 with files, e2fsck clean;
 #   end:    unexport removes /dev/ublkb0 and /dev/ublkc0; daemon shutdown removes a live device
 #           and exits 0; vd delete --force removes it too.
 # Each step prints one line the Rust test looks for; any failed check exits non-zero.
@@ -115,7 +116,7 @@ no_request_errors() {
 fio_verify() {
     name=$1
     shift
-    fio --name="$name" --filename=/dev/ublkb0 --ioengine=io_uring --direct=1 --verify=crc32c \
+    fio --name="$name" --filename="${fio_device:-/dev/ublkb0}" --ioengine=io_uring --direct=1 --verify=crc32c \
         --do_verify=1 --verify_fatal=1 --numjobs=1 --eta=never --output="$work/fio-$name.out" "$@" ||
         { tail -n 20 "$work/fio-$name.out"; fail "fio $name"; }
     grep -q 'err= 0' "$work/fio-$name.out" || fail "fio $name reported an error"
@@ -147,7 +148,7 @@ queues=$(ls /sys/block/ublkb0/mq | wc -l)
 cache=$(cat /sys/block/ublkb0/queue/write_cache)
 [ "$cache" = "write back" ] || fail "write cache is '$cache', expected 'write back'"
 [ "$(cat /sys/block/ublkb0/queue/fua)" = 1 ] || fail "FUA is off"
-tessera vd describe "$vd" --json | grep -q '"device": "/dev/ublkb0"' || fail "vd describe has no ublk device"
+tessera vd describe "$vd" --json | grep '"device": "/dev/ublkb0"' >/dev/null || fail "vd describe has no ublk device"
 echo "ublkb0: $got bytes, 2 queues, write back with FUA"
 if tessera vd export "$vd" --ublk >"$work/refused.out" 2>&1; then
     fail "exporting the drive twice succeeded"
@@ -195,7 +196,7 @@ echo "ext4: member 2 failed while mounted"
 write_files /mnt/ublk during 6 /tmp/sums.ext4
 verify_files /mnt/ublk /tmp/sums.ext4 "ext4 after the failure"
 wait_for_rebuild
-tessera dg describe 0 --json | grep -q '"pd": 4,' || fail "the spare (pd 4) is not a member"
+tessera dg describe 0 --json | grep '"pd": 4,' >/dev/null || fail "the spare (pd 4) is not a member"
 echo "ext4: rebuilt onto the spare, group optimal"
 umount /mnt/ublk
 e2fsck -fn /dev/ublkb0 >"$work/e2fsck.out" 2>&1 || { cat "$work/e2fsck.out"; fail "e2fsck"; }
@@ -230,11 +231,37 @@ fio_verify rebuilt --rw=randrw --bsrange=4k-64k --size=16M --iodepth=16
 no_request_errors
 echo "fio verify: after the rebuilds ok"
 
+# --- a thin drive beside it: its requests go through the drive's log-structured store
+tessera vd create 0 --size 256M --thin --name thintest >/dev/null
+device=$(tessera vd export thintest --ublk --queues 1) || fail "vd export thintest --ublk"
+[ "$device" = /dev/ublkb1 ] || fail "thin drive exported as '$device', expected /dev/ublkb1"
+fio_device=/dev/ublkb1 fio_verify thin --rw=randwrite --bsrange=4k-64k --size=24M --iodepth=16
+dd if=/dev/urandom of=/dev/ublkb1 bs=1M seek=64 count=4 oflag=direct 2>/dev/null
+blkdiscard -o $((64 << 20)) -l $((4 << 20)) /dev/ublkb1 || fail "blkdiscard on the thin drive"
+dd if=/dev/ublkb1 of="$work/thin-discarded" bs=1M skip=64 count=4 iflag=direct 2>/dev/null
+cmp -n $((4 << 20)) /dev/zero "$work/thin-discarded" || fail "discarded thin blocks hold data"
+mkfs.ext4 -q /dev/ublkb1
+mount -t ext4 /dev/ublkb1 /mnt/ublk
+: >/tmp/sums.thin
+write_files /mnt/ublk thin 8 /tmp/sums.thin
+umount /mnt/ublk
+e2fsck -fn /dev/ublkb1 >"$work/e2fsck-thin.out" 2>&1 || { cat "$work/e2fsck-thin.out"; fail "e2fsck thin"; }
+mount -t ext4 /dev/ublkb1 /mnt/ublk
+verify_files /mnt/ublk /tmp/sums.thin "thin drive"
+umount /mnt/ublk
+tessera vd unexport thintest --ublk >/dev/null || fail "vd unexport thintest"
+wait_gone /dev/ublkb1
+if dmesg | grep 'error, dev ublkb1'; then
+    fail "requests to /dev/ublkb1 failed"
+fi
+echo "thin: fio verify, discard, ext4 and e2fsck through /dev/ublkb1"
+step "thin done"
+
 # --- removal: unexport, delete while exported, daemon shutdown
 tessera vd unexport "$vd" --ublk >/dev/null || fail "vd unexport"
 wait_gone /dev/ublkb0
 wait_gone /dev/ublkc0
-if tessera vd describe "$vd" --json | grep -q '"ublk": {'; then
+if tessera vd describe "$vd" --json | grep '"ublk": {' >/dev/null; then
     fail "vd describe still shows a ublk device"
 fi
 echo "unexport: /dev/ublkb0 and /dev/ublkc0 removed"
@@ -257,7 +284,7 @@ expect_group_state optimal
 export_drive
 tessera vd delete "$vd" --force >/dev/null || fail "vd delete --force"
 wait_gone /dev/ublkb0
-if tessera vd list | grep -q "$vd"; then
+if tessera vd list | grep "$vd" >/dev/null; then
     fail "the drive survived vd delete --force"
 fi
 echo "delete --force: device removed with the drive"
