@@ -283,7 +283,7 @@ impl Harness {
                 Output::Event(
                     event @ (ThinEvent::Recovered { .. } | ThinEvent::ScrubFinished { .. }),
                 ) => self.events.push(format!("{event:?}")),
-                Output::Event(ThinEvent::RecoveryFailed { reason }) => {
+                Output::Event(ThinEvent::StartFailed { reason } | ThinEvent::Failed { reason }) => {
                     panic!("store failed: {reason}")
                 }
                 Output::Event(_) => {}

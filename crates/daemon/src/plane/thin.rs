@@ -336,11 +336,20 @@ impl DataPlane {
                     self.events.push_info("thin_scrub_finished", message, dg, None);
                 }
             }
-            ThinEvent::RecoveryFailed { reason } => {
+            ThinEvent::StartFailed { reason } => {
                 drive.failure = Some(reason.clone());
                 self.events.push_critical(
                     "thin_failed",
-                    format!("thin virtual drive {name} cannot serve: {reason}"),
+                    format!("thin virtual drive {name} cannot start: {reason}"),
+                    dg,
+                    None,
+                );
+            }
+            ThinEvent::Failed { reason } => {
+                drive.failure = Some(reason.clone());
+                self.events.push_critical(
+                    "thin_failed",
+                    format!("thin virtual drive {name} failed while serving: {reason}"),
                     dg,
                     None,
                 );

@@ -170,8 +170,11 @@ pub enum ThinEvent {
         records_replayed: u64,
         torn_blocks_dropped: u64,
     },
-    /// The store could not start.
-    RecoveryFailed { reason: String },
+    /// The store could not start (its log cannot be read or makes no sense).
+    StartFailed { reason: String },
+    /// The group failed under a write while the store was serving: nothing more can be made
+    /// durable, and every request fails from now on.
+    Failed { reason: String },
     /// A scrub read every live block: how many, and the checksum failures it met.
     ScrubFinished {
         checked_blocks: u64,
@@ -780,7 +783,7 @@ impl Store {
             return;
         }
         self.phase = Phase::Failed;
-        self.event(ThinEvent::RecoveryFailed {
+        self.event(ThinEvent::Failed {
             reason: reason.to_string(),
         });
         for (id, _) in std::mem::take(&mut self.blocked) {

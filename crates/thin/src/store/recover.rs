@@ -87,7 +87,7 @@ impl Store {
     fn recovery_failed(&mut self, reason: String) {
         self.recovery = None;
         self.phase = Phase::Failed;
-        self.event(ThinEvent::RecoveryFailed { reason });
+        self.event(ThinEvent::StartFailed { reason });
         for (id, _) in std::mem::take(&mut self.blocked) {
             self.reply(id, Err(super::ThinError::Unavailable));
         }
