@@ -92,6 +92,7 @@ fn virtual_drive_as_a_ublk_block_device_in_the_vm() {
         "refused: delete of an exported drive",
         "shutdown: device removed, daemon exited 0",
         "delete --force: device removed with the drive",
+        "crash: the abandoned device deleted by the next export",
         "UBLK-OK",
     ] {
         assert!(has(expected), "missing {expected:?}\n{context}");

@@ -84,11 +84,13 @@ impl Control {
 
     /// ADD_DEV: creates `/dev/ublkcN` with these queues, and returns the device as the driver
     /// filled it in (its id, the size it kept for buffers).
+    /// `owner` goes to the device's `ublksrv_flags`, which the driver keeps for the server.
     pub fn add_device(
         &mut self,
         queues: u16,
         queue_depth: u16,
         max_io_bytes: u32,
+        owner: u64,
     ) -> Result<DevInfo, UblkError> {
         let mut info = DevInfo {
             nr_hw_queues: queues,
@@ -96,6 +98,7 @@ impl Control {
             max_io_buf_bytes: max_io_bytes,
             dev_id: u32::MAX,
             flags: uapi::F_CMD_IOCTL_ENCODE,
+            ublksrv_flags: owner,
             ..DevInfo::default()
         };
         let command = CtrlCmd {

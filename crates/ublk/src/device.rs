@@ -26,6 +26,9 @@ pub struct DeviceConfig {
     pub size_bytes: u64,
     /// Refuse writes.
     pub read_only: bool,
+    /// Marks the device as this server's (the driver keeps it for servers' own use), so that
+    /// `remove_abandoned` can find devices a crashed server left behind.
+    pub owner: u64,
 }
 
 impl DeviceConfig {
@@ -106,7 +109,12 @@ impl Device {
     pub fn create(config: DeviceConfig, sink: Arc<dyn RequestSink>) -> Result<Device, UblkError> {
         config.validate()?;
         let mut control = Control::open()?;
-        let info = control.add_device(config.queues, config.queue_depth, MAX_IO_BYTES)?;
+        let info = control.add_device(
+            config.queues,
+            config.queue_depth,
+            MAX_IO_BYTES,
+            config.owner,
+        )?;
         let mut device = Device {
             id: info.dev_id,
             control,
@@ -188,6 +196,57 @@ impl Device {
     }
 }
 
+/// Deletes the devices marked `owner` whose server died without deleting them (the kernel
+/// removed their block device, `/dev/ublkcN` stays until DEL_DEV): stopped, with no server
+/// process and nobody holding `/dev/ublkcN`. The caller must not be creating a device with
+/// the same mark meanwhile (one being set up looks the same until it opens `/dev/ublkcN`).
+/// Returns the device numbers deleted.
+pub fn remove_abandoned(owner: u64) -> Result<Vec<u32>, UblkError> {
+    let mut control = Control::open()?;
+    let mut removed = Vec::new();
+    for id in char_device_ids() {
+        let Ok(info) = control.device_info(id) else {
+            continue;
+        };
+        // The driver forgets a dead server's process id (-1).
+        let serverless = info.ublksrv_pid <= 0 || !process_exists(info.ublksrv_pid);
+        if info.ublksrv_flags != owner || info.state != uapi::DEV_STATE_DEAD || !serverless {
+            continue;
+        }
+        // A server being set up holds `/dev/ublkcN` open (the driver allows one open).
+        let path = format!("{}{}", uapi::CHAR_DEVICE_PREFIX, id);
+        let unused = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .is_ok();
+        if unused && control.delete_device(id).is_ok() {
+            removed.push(id);
+        }
+    }
+    Ok(removed)
+}
+
+/// N of every `/dev/ublkcN`.
+fn char_device_ids() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/dev") else {
+        return Vec::new();
+    };
+    let prefix = uapi::CHAR_DEVICE_PREFIX.trim_start_matches("/dev/");
+    entries
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name();
+            name.to_str()?.strip_prefix(prefix)?.parse().ok()
+        })
+        .collect()
+}
+
+fn process_exists(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 sends nothing; it only checks that the process exists.
+    let result = unsafe { libc::kill(pid, 0) };
+    result == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 impl Drop for Device {
     fn drop(&mut self) {
         let _ = self.remove();
@@ -204,6 +263,7 @@ mod tests {
             queue_depth: 64,
             size_bytes: 1 << 30,
             read_only: false,
+            owner: 7,
         }
     }
 

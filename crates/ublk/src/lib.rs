@@ -19,7 +19,7 @@ mod request;
 pub mod uapi;
 
 pub use control::Control;
-pub use device::{Device, DeviceConfig, MAX_IO_BYTES};
+pub use device::{Device, DeviceConfig, MAX_IO_BYTES, remove_abandoned};
 pub use error::{UblkError, errno_text};
 pub use request::{BlockOp, BlockRequest, RequestSink};
 

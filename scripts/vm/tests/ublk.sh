@@ -14,7 +14,8 @@
 #   xfs:    the same with the failed member brought back and rebuilt, xfs_repair -n clean;
 #   thin:   a thin drive as /dev/ublkb1: fio verify, discard, ext4 with files, e2fsck clean;
 #   end:    unexport removes /dev/ublkb0 and /dev/ublkc0; daemon shutdown removes a live device
-#           and exits 0; vd delete --force removes it too.
+#           and exits 0; vd delete --force removes it too; after the daemon is killed, the
+#           next export deletes the device it left behind.
 # Each step prints one line the Rust test looks for; any failed check exits non-zero.
 set -eu
 
@@ -288,6 +289,21 @@ if tessera vd list | grep "$vd" >/dev/null; then
     fail "the drive survived vd delete --force"
 fi
 echo "delete --force: device removed with the drive"
+# A daemon killed outright leaves /dev/ublkc0 behind (the kernel drops the block device);
+# the next export deletes it and takes its number again.
+tessera vd create 0 --size 64M --name crashtest >/dev/null
+[ "$(tessera vd export crashtest --ublk)" = /dev/ublkb0 ] || fail "export before the crash"
+kill -KILL "$daemon"
+wait "$daemon" || true
+wait_gone /dev/ublkb0
+test -c /dev/ublkc0 || fail "/dev/ublkc0 went away by itself"
+start_daemon
+[ "$(tessera vd export crashtest --ublk)" = /dev/ublkb0 ] || fail "export after the crash"
+grep 'left by a daemon that died: \[0\]' "$work/daemon.log" >/dev/null ||
+    fail "the abandoned device was not deleted"
+tessera vd unexport crashtest --ublk >/dev/null || fail "unexport after the crash"
+wait_gone /dev/ublkc0
+echo "crash: the abandoned device deleted by the next export"
 kill -TERM "$daemon"
 wait "$daemon" || fail "the daemon failed to stop"
 step "removal done"

@@ -25,6 +25,11 @@ use tessera_ublk::{BlockOp, BlockRequest, Device, DeviceConfig, RequestSink, Ubl
 pub(crate) const DEFAULT_QUEUE_DEPTH: u16 = 64;
 /// The most queues chosen by default (one per CPU up to this).
 const DEFAULT_QUEUES_MAX: u16 = 4;
+/// Marks ublk devices as Tessera's ("TESSERA\0" as a little-endian number), so that a daemon
+/// can delete the ones a crashed daemon left behind.
+const DEVICE_OWNER: u64 = u64::from_le_bytes(*b"TESSERA\0");
+/// Held while a device is set up (see `export`).
+static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Where an export is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +111,15 @@ pub(crate) fn export(plane: &PlaneHandle, name: &str, body: ExportUblk) -> Resul
     if !tessera_ublk::available() {
         return Err(ublk_api_error(UblkError::NotAvailable));
     }
+    // One device is set up at a time, so none of ours is mistaken for an abandoned one.
+    let _creating = CREATING.lock().unwrap_or_else(|e| e.into_inner());
+    match tessera_ublk::remove_abandoned(DEVICE_OWNER) {
+        Ok(removed) if !removed.is_empty() => {
+            log!("deleted ublk devices left by a daemon that died: {removed:?}");
+        }
+        Ok(_) => {}
+        Err(error) => log!("looking for abandoned ublk devices: {error}"),
+    }
     let owned = name.to_string();
     let handle = plane.clone();
     let (id, size_bytes, read_only) = plane
@@ -116,6 +130,7 @@ pub(crate) fn export(plane: &PlaneHandle, name: &str, body: ExportUblk) -> Resul
         queue_depth,
         size_bytes,
         read_only,
+        owner: DEVICE_OWNER,
     };
     let sink = Arc::new(PlaneSink {
         plane: plane.clone(),
@@ -208,6 +223,7 @@ impl DataPlane {
             queue_depth,
             size_bytes: vd.host_bytes(),
             read_only: vd.access.read_only,
+            owner: DEVICE_OWNER,
         }
         .validate()
         .map_err(ublk_api_error)?;
