@@ -76,6 +76,54 @@ pub fn member_layout(
     })
 }
 
+/// Lays out a group adopted with its data in place (an md array): the data area is given
+/// (`data_offset_bytes`, `member_data_bytes` per member), and the metadata must fit before it;
+/// the journal takes what room there is, up to its default size. Returns the bytes the
+/// metadata needs before the data when it does not fit.
+pub fn adopted_layout(
+    level: Level,
+    members: usize,
+    chunk_bytes: u64,
+    member_bytes: u64,
+    member_data_bytes: u64,
+    data_offset_bytes: u64,
+) -> Result<MemberLayout, AdoptedLayoutError> {
+    let geometry = Geometry::new(level, members, chunk_bytes, member_data_bytes)
+        .map_err(AdoptedLayoutError::Geometry)?;
+    let stripe = geometry.stripe_data_bytes();
+    let region_bytes = DEFAULT_REGION_BYTES.max(stripe).div_ceil(stripe) * stripe;
+    let bitmap_slot_bytes = slot_bytes_for(geometry.data_bytes().div_ceil(region_bytes));
+    let bitmap_offset_bytes = METADATA_AREA_OFFSET;
+    let journal_offset_bytes = bitmap_offset_bytes + 2 * bitmap_slot_bytes;
+    let needed_journal_bytes = min_journal_bytes(members, chunk_bytes).div_ceil(4096) * 4096;
+    let room_bytes = data_offset_bytes.saturating_sub(journal_offset_bytes) / 4096 * 4096;
+    if room_bytes < needed_journal_bytes || !data_offset_bytes.is_multiple_of(4096) {
+        return Err(AdoptedLayoutError::NoRoom {
+            needed_bytes: journal_offset_bytes + needed_journal_bytes,
+        });
+    }
+    let journal_bytes = default_journal_bytes(member_bytes, members, chunk_bytes).min(room_bytes);
+    Ok(MemberLayout {
+        geometry,
+        region_bytes,
+        bitmap_offset_bytes,
+        bitmap_slot_bytes,
+        journal_offset_bytes,
+        journal_bytes,
+        data_offset_bytes,
+    })
+}
+
+/// Why an adopted data area cannot take Tessera's metadata.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdoptedLayoutError {
+    /// The geometry is not one Tessera supports.
+    Geometry(GeometryError),
+    /// The metadata needs this many bytes before the data (or the data offset is not 4 KiB
+    /// aligned).
+    NoRoom { needed_bytes: u64 },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,5 +143,23 @@ mod tests {
     fn regions_are_whole_stripes() {
         let layout = member_layout(Level::Raid6, 9, 1 << 20, 8 << 30, None, None).unwrap();
         assert_eq!(layout.region_bytes, 7 << 20);
+    }
+
+    #[test]
+    fn adopted_layout_fits_the_journal_in_the_room_there_is() {
+        let layout =
+            adopted_layout(Level::Raid5, 4, 64 << 10, 1 << 30, 256 << 20, 1 << 20).unwrap();
+        assert_eq!(layout.data_offset_bytes, 1 << 20);
+        assert_eq!(layout.geometry.member_data_bytes(), 256 << 20);
+        assert_eq!(layout.journal_offset_bytes, (64 << 10) + 2 * 4096);
+        assert_eq!(layout.journal_bytes, (1 << 20) - (64 << 10) - 2 * 4096);
+        let roomy = adopted_layout(Level::Raid5, 4, 64 << 10, 1 << 30, 256 << 20, 128 << 20);
+        assert_eq!(roomy.unwrap().journal_bytes, 4 << 20);
+        assert_eq!(
+            adopted_layout(Level::Raid6, 8, 512 << 10, 1 << 30, 256 << 20, 1 << 20),
+            Err(AdoptedLayoutError::NoRoom {
+                needed_bytes: (64 << 10) + 2 * 4096 + 2 * (8 * (512 << 10) + (8 << 10)) + 4096
+            })
+        );
     }
 }

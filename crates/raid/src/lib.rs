@@ -10,5 +10,7 @@ pub mod engine;
 pub mod geometry;
 pub mod journal;
 pub mod layout;
+pub mod md;
+pub mod md_import;
 pub mod plan;
 pub mod superblock;

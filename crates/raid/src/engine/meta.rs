@@ -9,7 +9,7 @@ use super::{
     Engine, EngineConfig, GroupEvent, GroupState, MemberOp, Owner, Phase, ZERO_BUFFER_BYTES,
 };
 use crate::geometry::{GeometryError, Level};
-use crate::layout::{member_layout, min_journal_bytes};
+use crate::layout::{MemberLayout, member_layout, min_journal_bytes};
 use crate::superblock::{
     JournalMode, MAX_CONFIG_BYTES, MAX_NAME_BYTES, MemberRecord, MemberRecordState,
     SUPERBLOCK_OFFSETS, Superblock, Uuid,
@@ -198,6 +198,19 @@ impl Engine {
             spec.journal_bytes,
         )
         .map_err(AssembleError::Geometry)?;
+        Engine::create_with_layout(spec, layout, &[], false, config, parity)
+    }
+
+    /// A new group over `layout`; the members in `missing_roles` are recorded failed, and
+    /// with `all_written` every region starts written (data already in place).
+    pub(super) fn create_with_layout(
+        spec: CreateSpec,
+        layout: MemberLayout,
+        missing_roles: &[usize],
+        all_written: bool,
+        config: EngineConfig,
+        parity: Arc<dyn Kernel>,
+    ) -> Result<Engine, AssembleError> {
         let mut records: Vec<MemberRecord> = spec
             .members
             .iter()
@@ -206,7 +219,11 @@ impl Engine {
                 uuid: *uuid,
                 size_bytes: *size_bytes,
                 role: Some(u8::try_from(role).expect("role fits u8")),
-                state: MemberRecordState::Active,
+                state: if missing_roles.contains(&role) {
+                    MemberRecordState::Failed
+                } else {
+                    MemberRecordState::Active
+                },
                 rebuild_position_bytes: 0,
                 replacing: false,
             })
@@ -259,6 +276,9 @@ impl Engine {
             config: spec.config,
         };
         let mut engine = Engine::from_superblock(superblock, &[], config, parity)?;
+        if all_written {
+            engine.regions.mark_all_written();
+        }
         engine
             .startup
             .steps

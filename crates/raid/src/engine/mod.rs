@@ -5,6 +5,7 @@
 //! flushes, host replies, events. Everything runs to quiescence inside each input call, so
 //! after any call the caller drains `poll` and carries the member commands out.
 
+mod adopt;
 mod background;
 mod compute;
 mod hashing;

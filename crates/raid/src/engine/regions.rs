@@ -120,6 +120,15 @@ impl Regions {
         self.region_bytes
     }
 
+    /// Every region written, in memory and as the members will hold it once the new group's
+    /// bitmap is formatted (adopted data: nothing reads as zeroes, rebuild copies everything).
+    pub(crate) fn mark_all_written(&mut self) {
+        for region in 0..self.count {
+            self.written.set(region, true);
+            self.durable_written.set(region, true);
+        }
+    }
+
     pub(crate) fn block_count(&self) -> u32 {
         u32::try_from(self.blocks.len()).expect("block count fits u32")
     }
@@ -778,7 +787,8 @@ impl Engine {
         let mut issued = 0;
         for block in 0..blocks {
             for slot in 0..2u64 {
-                let image = bitmap::encode_block(self.regions.group_tag, block, slot, &[], &[]);
+                let written = self.regions.written.block_bytes(block);
+                let image = bitmap::encode_block(self.regions.group_tag, block, slot, written, &[]);
                 let buffer = self
                     .pool
                     .alloc(bitmap::BLOCK_BYTES)
