@@ -88,6 +88,7 @@ fn virtual_drive_as_a_ublk_block_device_in_the_vm() {
         "fio verify: after the rebuilds ok",
         "thin: fio verify, discard, ext4 and e2fsck through /dev/ublkb1",
         "files verify: thin drive (16 files)",
+        "read-only: writes refused while set, accepted after",
         "unexport: /dev/ublkb0 and /dev/ublkc0 removed",
         "refused: delete of an exported drive",
         "shutdown: device removed, daemon exited 0",

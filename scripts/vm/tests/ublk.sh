@@ -13,6 +13,7 @@
 #           e2fsck -fn clean, files verify;
 #   xfs:    the same with the failed member brought back and rebuilt, xfs_repair -n clean;
 #   thin:   a thin drive as /dev/ublkb1: fio verify, discard, ext4 with files, e2fsck clean;
+#   access: vd set --read-only on makes writes fail, off lets them through again;
 #   end:    unexport removes /dev/ublkb0 and /dev/ublkc0; daemon shutdown removes a live device
 #           and exits 0; vd delete --force removes it too; after the daemon is killed, the
 #           next export deletes the device it left behind.
@@ -257,6 +258,16 @@ if dmesg | grep 'error, dev ublkb1'; then
 fi
 echo "thin: fio verify, discard, ext4 and e2fsck through /dev/ublkb1"
 step "thin done"
+
+# --- read-only access: writes refused while it is set (last: the kernel logs the errors)
+tessera vd set "$vd" --read-only on >/dev/null
+if dd if=/dev/zero of=/dev/ublkb0 bs=4k count=1 seek=10 oflag=direct 2>/dev/null; then
+    fail "a write to a read-only drive succeeded"
+fi
+tessera vd set "$vd" --read-only off >/dev/null
+dd if=/dev/zero of=/dev/ublkb0 bs=4k count=1 seek=10 oflag=direct 2>/dev/null ||
+    fail "a write after read-only was turned off failed"
+echo "read-only: writes refused while set, accepted after"
 
 # --- removal: unexport, delete while exported, daemon shutdown
 tessera vd unexport "$vd" --ublk >/dev/null || fail "vd unexport"

@@ -907,6 +907,7 @@ impl DataPlane {
             "has no room in its superblock for these access rules",
         )?;
         let closed = self.enforce_vd_access(name);
+        self.ublk_access_changed(name);
         let rules = if access.allow.is_empty() {
             "any client".to_string()
         } else {

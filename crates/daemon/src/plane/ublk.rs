@@ -49,6 +49,8 @@ pub(crate) struct UblkExport {
     vd_offset_bytes: u64,
     size_bytes: u64,
     thin: bool,
+    /// Writes are refused (EROFS); follows the drive's access (`vd set --read-only`).
+    read_only: bool,
     queues: u16,
     queue_depth: u16,
     state: UblkState,
@@ -242,6 +244,7 @@ impl DataPlane {
             vd_offset_bytes,
             size_bytes,
             thin,
+            read_only,
             queues,
             queue_depth,
             state: UblkState::Starting,
@@ -377,6 +380,17 @@ impl DataPlane {
         }
     }
 
+    /// The drive's access changed: its device follows `read_only` from the next request (the
+    /// kernel still shows the device as it was created).
+    pub(crate) fn ublk_access_changed(&mut self, name: &str) {
+        let Some(read_only) = self.find_vd(name).map(|(_, vd)| vd.access.read_only) else {
+            return;
+        };
+        if let Some(export) = self.ublk.exports.get_mut(name) {
+            export.read_only = read_only;
+        }
+    }
+
     /// The ublk device of a virtual drive, for its view.
     pub(crate) fn ublk_view(&self, name: &str) -> Option<UblkView> {
         let export = self.ublk.exports.get(name)?;
@@ -469,6 +483,11 @@ impl DataPlane {
         }
         if let BlockOp::Unsupported(_) = request.op {
             request.complete(Err(libc::EOPNOTSUPP));
+            return None;
+        }
+        let changes = !matches!(request.op, BlockOp::Read | BlockOp::Flush);
+        if changes && export.read_only {
+            request.complete(Err(libc::EROFS));
             return None;
         }
         if len_bytes == 0 && request.op != BlockOp::Flush {
