@@ -7,16 +7,17 @@
 //! `tests/replay.rs` runs every committed corpus and regression input through them on stable,
 //! so the normal test command exercises every target. `docs/fuzzing.md` says how to run them.
 //!
-//! Targets still to come, once their components exist: `thin_log_replay` (the thin virtual
-//! drive's log). Journal replay as a whole runs under `engine_assemble`; `journal_batch`
-//! covers the batch decoder it trusts. Each gets a
-//! module here, an entry in [`TARGETS`], a one-line binary in `fuzz/fuzz_targets/` and a seed
-//! corpus in `fuzz/corpus/<name>/`; the replay test then picks it up by itself.
+//! Adding a target: a module here, an entry in [`TARGETS`], a one-line binary in
+//! `fuzz/fuzz_targets/` and a seed corpus in `fuzz/corpus/<name>/`; the replay test then
+//! picks it up by itself. Journal replay as a whole runs under `engine_assemble`;
+//! `journal_batch` covers the batch decoder it trusts, and `thin_log_replay` the thin drive's
+//! start-up from its checkpoints and log.
 
 pub mod api;
 pub mod engine;
 pub mod metadata;
 pub mod nbd;
+pub mod thin;
 
 /// One fuzz target.
 #[derive(Clone, Copy, Debug)]
@@ -56,6 +57,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "engine_assemble",
         run: engine::assemble,
+    },
+    Target {
+        name: "thin_log_replay",
+        run: thin::log_replay,
     },
     Target {
         name: "api_http",

@@ -124,6 +124,7 @@ replay_tests!(
     bitmap_block,
     journal_batch,
     engine_assemble,
+    thin_log_replay,
     api_http,
     api_router,
 );

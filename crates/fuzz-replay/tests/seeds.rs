@@ -57,6 +57,7 @@ fn all_seeds() -> Vec<Seed> {
     seeds.extend(bitmap_seeds());
     seeds.extend(journal_seeds());
     seeds.extend(engine_seeds());
+    seeds.extend(thin_seeds());
     seeds.extend(api_http_seeds());
     seeds.extend(api_router_seeds());
     seeds
@@ -972,6 +973,153 @@ fn engine_seed_images_assemble() {
         };
         let assembled = Engine::assemble(probes, config, Arc::new(tessera_parity::Scalar));
         assert!(assembled.is_ok(), "{name}: {:?}", assembled.err());
+    }
+}
+
+// ----- thin drive start-up -----
+
+/// Image byte of a `thin_log_replay` input (see `tessera_fuzz_replay::thin`): geometry, a log
+/// to replay after the checkpoint, compression of new writes, copies to read around.
+fn thin_image(geometry: u8, with_log: bool, compression: u8, copies: u8) -> u8 {
+    geometry | u8::from(with_log) << 2 | compression << 3 | copies << 5
+}
+
+/// Sealing bits: header CRCs, block checksums.
+const SEAL_HEADERS: u8 = 1;
+const SEAL_BLOCKS: u8 = 2;
+/// A patch's region counting from its end.
+const FROM_END: u8 = 0x80;
+/// Regions: checkpoint slots 0 and 1, then records.
+const RECORD: u8 = 2;
+
+/// A `thin_log_replay` input: image, sealing, failing command, writes, then patches of
+/// (region, offset, bytes).
+fn thin_input(
+    image: u8,
+    seal: u8,
+    fail_at: u8,
+    writes: u8,
+    patches: &[(u8, u16, &[u8])],
+) -> Vec<u8> {
+    let mut bytes = vec![image, seal, fail_at, writes];
+    for (region, offset, patch) in patches {
+        bytes.push(*region);
+        bytes.extend_from_slice(&offset.to_le_bytes());
+        bytes.push(patch.len() as u8);
+        bytes.extend_from_slice(patch);
+    }
+    bytes
+}
+
+fn thin_cases() -> Vec<(&'static str, Vec<u8>)> {
+    let log = thin_image(0, true, 0, 1);
+    vec![
+        (
+            "clean-shutdown",
+            thin_input(thin_image(0, false, 0, 1), 0, 0, 3, &[]),
+        ),
+        ("log-to-replay", thin_input(log, 0, 0, 5, &[])),
+        (
+            "log-384k-records-zstd-writes",
+            thin_input(thin_image(1, true, 1, 1), 0, 0, 7, &[]),
+        ),
+        (
+            "log-one-record-a-segment-two-copies",
+            thin_input(thin_image(2, true, 2, 2), 0, 0, 6, &[]),
+        ),
+        (
+            "torn-payload",
+            thin_input(log, 0, 0, 4, &[(FROM_END | RECORD, 100, &[0x55; 16])]),
+        ),
+        (
+            "payload-resealed",
+            thin_input(
+                log,
+                SEAL_HEADERS | SEAL_BLOCKS,
+                0,
+                4,
+                &[(FROM_END | (RECORD + 1), 200, &[0xaa; 32])],
+            ),
+        ),
+        (
+            "slot-damaged",
+            thin_input(log, 0, 0, 2, &[(0, 24, &[1, 0, 0, 0])]),
+        ),
+        (
+            "slot-start-record-sealed",
+            thin_input(
+                log,
+                SEAL_HEADERS,
+                0,
+                2,
+                &[(1, 24, &[2, 0, 0, 0, 0, 0, 0, 0])],
+            ),
+        ),
+        (
+            "entry-count-sealed",
+            thin_input(log, SEAL_HEADERS, 0, 3, &[(RECORD + 4, 44, &[3, 0, 0, 0])]),
+        ),
+        (
+            "durable-seq-sealed",
+            thin_input(log, SEAL_HEADERS, 0, 3, &[(RECORD + 5, 64, &[0; 8])]),
+        ),
+        ("read-error-in-replay", thin_input(log, 0, 3, 0, &[])),
+        ("write-error-after-start", thin_input(log, 0, 12, 5, &[])),
+    ]
+}
+
+fn thin_seeds() -> Vec<Seed> {
+    thin_cases()
+        .into_iter()
+        .map(|(name, bytes)| seed("thin_log_replay", name, bytes))
+        .collect()
+}
+
+/// The images the seeds mutate start up ready; those with a log replay records after their
+/// checkpoint.
+#[test]
+fn thin_seed_images_recover() {
+    use tessera_thin::{LowerOp, Output, Store, ThinEvent};
+    for geometry in 0..3 {
+        for with_log in [false, true] {
+            let (config, image) = tessera_fuzz_replay::thin::valid_image(geometry, with_log);
+            let mut image = image.to_vec();
+            let mut store = Store::open(config).unwrap();
+            let mut replayed = None;
+            while let Some(output) = store.poll() {
+                match output {
+                    Output::Lower(command) => {
+                        let result = match command.op {
+                            LowerOp::Read {
+                                offset_bytes,
+                                len_bytes,
+                            } => {
+                                Some(image[offset_bytes as usize..][..len_bytes as usize].to_vec())
+                            }
+                            LowerOp::Write { offset_bytes, data } => {
+                                image[offset_bytes as usize..][..data.len()].copy_from_slice(&data);
+                                None
+                            }
+                            _ => None,
+                        };
+                        store.lower_done(command.id, Ok(result));
+                    }
+                    Output::Event(ThinEvent::Recovered {
+                        records_replayed, ..
+                    }) => replayed = Some(records_replayed),
+                    _ => {}
+                }
+            }
+            assert!(store.is_ready(), "geometry {geometry}, log {with_log}");
+            assert!(store.stats().logical_used_bytes > 0);
+            let replayed = replayed.expect("a recovered event");
+            // Without a log only the final checkpoint's record is replayed.
+            assert_eq!(
+                replayed > 1,
+                with_log,
+                "geometry {geometry}: {replayed} records"
+            );
+        }
     }
 }
 

@@ -203,7 +203,10 @@ impl RecordHeader {
                         let offset_in_record = le32(e, 8);
                         let stored_len = le16(e, 12);
                         let end = u64::from(offset_in_record) + u64::from(stored_len);
+                        // A block is stored raw at worst: a longer one was never written
+                        // by a store (and does not fit the map's 13-bit length).
                         if stored_len == 0
+                            || u64::from(stored_len) > crate::BLOCK_BYTES
                             || end > record.len() as u64
                             || (offset_in_record as usize) < len
                         {
@@ -354,6 +357,19 @@ mod tests {
             damaged[at] ^= 4;
             assert_eq!(RecordHeader::decode(&damaged, 7), None, "byte {at}");
         }
+        // No store stores a block in more than a block's bytes.
+        let oversized = header(
+            RecordKind::Data,
+            vec![Entry::Block {
+                lba: 5,
+                offset_in_record: 1024,
+                stored_len: 4097,
+                codec: Codec::Raw,
+                checksum: 1,
+            }],
+        );
+        oversized.encode(&mut record);
+        assert_eq!(RecordHeader::decode(&record, 7), None);
         let mapped = header(
             RecordKind::Checkpoint,
             vec![Entry::Mapped {

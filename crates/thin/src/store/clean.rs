@@ -223,6 +223,7 @@ impl Store {
                 && segment != self.next_segment
             {
                 entry.used = false;
+                entry.stuck = false;
                 self.free.insert(segment);
                 freed.push(segment);
             }
@@ -255,6 +256,7 @@ impl Store {
                     && entry.live_bytes <= room
                     && segment != self.current_segment
                     && segment != self.next_segment
+                    && !entry.stuck
                     && !busy.contains(&segment)
             })
             .min_by_key(|&segment| self.segments[segment as usize].live_bytes)
@@ -281,11 +283,14 @@ impl Store {
         self.segments[segment as usize].readers -= 1;
         self.cleaning = None;
         let Ok(Some(data)) = result else {
+            self.segments[segment as usize].stuck = true;
             return;
         };
         if self.phase != Phase::Ready {
             return;
         }
+        let live_before = self.segments[segment as usize].live_bytes;
+        let mut repairing = false;
         let record_bytes = self.layout.record_bytes as usize;
         let first = self.layout.first_record(segment);
         for (i, bytes) in data.chunks_exact(record_bytes).enumerate() {
@@ -326,6 +331,7 @@ impl Store {
                     // The read path repairs it from redundancy and moves it; the segment is
                     // cleaned on a later pass.
                     self.start_read(Purpose::Repair, lba * BLOCK_BYTES, BLOCK_BYTES);
+                    repairing = true;
                     continue;
                 }
                 // A block with no good copy left moves as it is: it keeps failing its
@@ -336,6 +342,10 @@ impl Store {
                 self.remap(lba, Some(moved));
                 self.stats.cleaning_bytes += u64::from(stored_len);
             }
+        }
+        let entry = &mut self.segments[segment as usize];
+        if entry.live_bytes == live_before && !repairing {
+            entry.stuck = true;
         }
     }
 }

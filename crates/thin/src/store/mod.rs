@@ -281,6 +281,10 @@ struct Segment {
     in_chain: bool,
     /// Lower reads in flight on it.
     readers: u32,
+    /// A cleaning pass moved none of its live blocks (their record headers are damaged, or
+    /// the segment could not be read): it is not picked again until its live bytes change,
+    /// or the cleaner would read it over and over.
+    stuck: bool,
 }
 
 /// A checkpoint being written.
@@ -394,6 +398,11 @@ const MAX_RECORDS_IN_FLIGHT: usize = 32;
 
 /// How far the sequence numbers jump at start-up, past anything a torn tail may hold.
 const RECOVERY_SEQ_GAP: u64 = 1 << 32;
+
+/// Sequence numbers and checkpoint ids at or above this were never written by a store (it
+/// would take 2^31 start-ups to get here): recovery refuses them, so counting on from what it
+/// found cannot overflow.
+const MAX_SEQ: u64 = 1 << 63;
 
 impl Store {
     fn empty(config: Config) -> Result<Store, String> {
@@ -769,10 +778,12 @@ impl Store {
         let old = self.map.set(lba, location);
         if let Some(old) = &old {
             let segment = self.segment_of_address(old.address_bytes);
-            let live = &mut self.segments[segment as usize].live_bytes;
-            *live = live
+            let entry = &mut self.segments[segment as usize];
+            entry.live_bytes = entry
+                .live_bytes
                 .checked_sub(stored_footprint(old))
                 .expect("segment live bytes underflow");
+            entry.stuck = false;
         }
         old
     }

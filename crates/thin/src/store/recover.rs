@@ -1,7 +1,7 @@
 //! Start-up: formatting a new store, and rebuilding the map of an existing one from its newest
 //! checkpoint and the records written after it.
 
-use super::{Config, Pending, Phase, Store, ThinEvent, Waiter, stored_footprint};
+use super::{Config, MAX_SEQ, Pending, Phase, Store, ThinEvent, Waiter, stored_footprint};
 use crate::codec;
 use crate::format::{CheckpointHeader, Entry, Location, NO_SEGMENT, RecordHeader, RecordKind};
 use crate::store::LowerOp;
@@ -106,6 +106,9 @@ impl Store {
                     && u64::from(h.records_per_segment) == layout.records_per_segment
                     && h.logical_bytes == logical_bytes
                     && h.start_record < layout.records()
+                    && h.checkpoint_id < MAX_SEQ
+                    && h.start_seq < MAX_SEQ
+                    && h.start_prev_seq < MAX_SEQ
             });
         }
         if recovery.slots_pending > 0 {
@@ -183,13 +186,17 @@ impl Store {
     fn replay_record(&mut self, record: u64, bytes: &[u8]) -> Result<(), Option<String>> {
         let blocks = self.map.blocks();
         let record_offset = self.layout.record_offset(record);
-        let extent_bytes = self.layout.extent_bytes;
+        // Past the last whole segment the extent holds no records.
+        let segments_end = (2 + self.layout.records()) * self.layout.record_bytes;
         let slots_end = 2 * self.layout.record_bytes;
         let recovery = self.recovery.as_mut().expect("recovering");
         let Some(header) = RecordHeader::decode(bytes, self.config.store_id) else {
             return Err(None);
         };
-        if header.prev_seq != recovery.expected_prev || header.seq <= header.prev_seq {
+        if header.prev_seq != recovery.expected_prev
+            || header.seq <= header.prev_seq
+            || header.seq >= MAX_SEQ
+        {
             return Err(None);
         }
         let checkpoint = recovery.header.expect("checkpoint chosen");
@@ -208,7 +215,7 @@ impl Store {
                         return Err(Some("a checkpoint record holds a data entry".into()));
                     };
                     let end = location.address_bytes + u64::from(location.stored_len);
-                    if lba >= blocks || location.address_bytes < slots_end || end > extent_bytes {
+                    if lba >= blocks || location.address_bytes < slots_end || end > segments_end {
                         return Err(Some(format!(
                             "a checkpoint maps block {lba} outside the drive"
                         )));
@@ -306,12 +313,22 @@ impl Store {
                 self.current_segment = self.layout.segment_of(last);
                 self.next_record = last + 1;
             }
-            Some(_) => {
+            Some(last) => {
+                // A store only ever names a segment it claimed empty, outside the chain (the
+                // chain ends with it if replay went on into it and found nothing).
                 let next = u64::from(recovery.last_next_segment);
-                assert!(
-                    next < self.layout.segments,
-                    "replay ends at a segment's end"
-                );
+                let entered =
+                    recovery.chain.last() == Some(&next) && self.layout.segment_of(last) != next;
+                if next >= self.layout.segments
+                    || (recovery.chain.contains(&next) && !entered)
+                    || self.segments[next as usize].live_bytes > 0
+                {
+                    self.recovery_failed(format!(
+                        "the log ends at a segment's end naming segment {next} to go on in, \
+                         which it cannot"
+                    ));
+                    return;
+                }
                 self.free.remove(&next);
                 self.current_segment = next;
                 self.enter_segment(next);
@@ -321,6 +338,18 @@ impl Store {
                 self.current_segment = self.layout.segment_of(header.start_record);
                 self.next_record = header.start_record;
             }
+        }
+        // Blocks mapped where the log goes on would be overwritten: a store never maps any.
+        let head = self.layout.record_offset(self.next_record);
+        let segment_end =
+            (2 + self.layout.first_record(self.current_segment + 1)) * self.layout.record_bytes;
+        let overwritten = self.map.iter().find(|(_, location)| {
+            location.address_bytes + u64::from(location.stored_len) > head
+                && location.address_bytes < segment_end
+        });
+        if let Some((lba, _)) = overwritten {
+            self.recovery_failed(format!("block {lba} is mapped past the end of the log"));
+            return;
         }
         let Some(next) = self.claim_segment() else {
             self.recovery_failed("no free segment to continue the log in".into());
