@@ -86,7 +86,7 @@ fn virtual_drive_as_a_ublk_block_device_in_the_vm() {
         "xfs: member 1 back online and rebuilt, group optimal",
         "xfs_repair: clean",
         "fio verify: after the rebuilds ok",
-        "thin: fio verify, discard, ext4 and e2fsck through /dev/ublkb1",
+        "thin: 2 queues for 8 asked, fio verify, discard, ext4 and e2fsck through /dev/ublkb1",
         "files verify: thin drive (16 files)",
         "read-only: writes refused while set, accepted after",
         "unexport: /dev/ublkb0 and /dev/ublkc0 removed",

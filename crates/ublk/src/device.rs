@@ -122,8 +122,14 @@ impl Device {
             char_device: None,
             removed: false,
         };
-        // The driver may round the buffer size down (to whole pages).
+        // The driver may round the buffer size down (to whole pages) and keep fewer queues
+        // (at most one per CPU): serve what it kept.
         let max_io_bytes = info.max_io_buf_bytes.min(MAX_IO_BYTES);
+        let config = DeviceConfig {
+            queues: info.nr_hw_queues.clamp(1, config.queues),
+            queue_depth: info.queue_depth.clamp(1, config.queue_depth),
+            ..config
+        };
         if let Err(error) = device.start(config, max_io_bytes, sink) {
             let _ = device.remove();
             return Err(error);
@@ -158,6 +164,11 @@ impl Device {
             })?);
         }
         self.control.start_device(self.id)
+    }
+
+    /// Hardware queues the driver kept (at most one per CPU, whatever was asked).
+    pub fn queues(&self) -> u16 {
+        self.queues.len() as u16
     }
 
     /// The device number N of `/dev/ublkbN`.

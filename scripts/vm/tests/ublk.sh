@@ -12,7 +12,8 @@
 #   ext4:   files checksummed, a member fails while mounted, the hot spare is rebuilt,
 #           e2fsck -fn clean, files verify;
 #   xfs:    the same with the failed member brought back and rebuilt, xfs_repair -n clean;
-#   thin:   a thin drive as /dev/ublkb1: fio verify, discard, ext4 with files, e2fsck clean;
+#   thin:   a thin drive as /dev/ublkb1 (8 queues asked, one per CPU kept): fio verify,
+#           discard, ext4 with files, e2fsck clean;
 #   access: vd set --read-only on makes writes fail, off lets them through again;
 #   end:    unexport removes /dev/ublkb0 and /dev/ublkc0; daemon shutdown removes a live device
 #           and exits 0; vd delete --force removes it too; after the daemon is killed, the
@@ -235,8 +236,13 @@ echo "fio verify: after the rebuilds ok"
 
 # --- a thin drive beside it: its requests go through the drive's log-structured store
 tessera vd create 0 --size 256M --thin --name thintest >/dev/null
-device=$(tessera vd export thintest --ublk --queues 1) || fail "vd export thintest --ublk"
+# More queues than CPUs: the driver keeps one per CPU (the guest has 2), and so do we.
+device=$(tessera vd export thintest --ublk --queues 8) || fail "vd export thintest --ublk"
 [ "$device" = /dev/ublkb1 ] || fail "thin drive exported as '$device', expected /dev/ublkb1"
+queues=$(ls /sys/block/ublkb1/mq | wc -l)
+[ "$queues" -eq "$(nproc)" ] || fail "/dev/ublkb1 has $queues queues for $(nproc) CPUs"
+tessera vd describe thintest --json | grep '"queues": '"$queues"',' >/dev/null ||
+    fail "vd describe does not show the $queues queues kept"
 fio_device=/dev/ublkb1 fio_verify thin --rw=randwrite --bsrange=4k-64k --size=24M --iodepth=16
 dd if=/dev/urandom of=/dev/ublkb1 bs=1M seek=64 count=4 oflag=direct 2>/dev/null
 blkdiscard -o $((64 << 20)) -l $((4 << 20)) /dev/ublkb1 || fail "blkdiscard on the thin drive"
@@ -256,7 +262,7 @@ wait_gone /dev/ublkb1
 if dmesg | grep 'error, dev ublkb1'; then
     fail "requests to /dev/ublkb1 failed"
 fi
-echo "thin: fio verify, discard, ext4 and e2fsck through /dev/ublkb1"
+echo "thin: $queues queues for 8 asked, fio verify, discard, ext4 and e2fsck through /dev/ublkb1"
 step "thin done"
 
 # --- read-only access: writes refused while it is set (last: the kernel logs the errors)

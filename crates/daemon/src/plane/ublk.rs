@@ -271,6 +271,7 @@ impl DataPlane {
             return Some(device);
         }
         let path = device.block_path();
+        export.queues = device.queues();
         export.device = Some(device);
         export.state = UblkState::Live;
         self.events.push_info(
