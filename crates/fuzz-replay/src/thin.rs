@@ -709,7 +709,7 @@ impl View {
                 for at in range.clone().step_by(SECTOR) {
                     assert!(
                         self.known[at / SECTOR] == Known::Unknown
-                            || self.contents[at..at + SECTOR].iter().all(|&b| b == 0),
+                            || self.contents[at..at + SECTOR] == [0; SECTOR],
                         "a hole at {range:?} does not read as zeroes"
                     );
                 }
@@ -770,39 +770,54 @@ impl View {
         let _ = self.request(store, lower, HostOp::Flush);
     }
 
-    /// Reads every block: what was written since the start reads back so, what was read
-    /// before reads the same or fails, holes read as zeroes.
+    /// Reads every block (pieces of `READ_BLOCKS`, block by block where a piece fails): what
+    /// was written since the start reads back so, what was read before reads the same or
+    /// fails, holes read as zeroes.
     fn check(&mut self, store: &mut Store, lower: &mut Lower<'_>, when: &str) {
-        for lba in 0..BLOCKS {
-            let offset = lba * BLOCK_BYTES;
-            let data = self.read(store, lower, offset, BLOCK_BYTES);
-            for sector in 0..BLOCK / SECTOR {
-                let at = offset as usize + sector * SECTOR;
-                let known = self.known[at / SECTOR];
-                let expected = &self.contents[at..at + SECTOR];
-                match (&data, known) {
-                    (_, Known::Unknown) => {}
-                    (None, Known::Read) => {}
-                    (None, Known::New) if lower.faulted => {}
-                    (None, Known::New) => {
-                        panic!("{when}: block {lba}, written since the start, cannot be read")
-                    }
-                    (Some(data), _) => assert!(
-                        &data[sector * SECTOR..][..SECTOR] == expected,
-                        "{when}: sector {sector} of block {lba} ({known:?}) reads differently"
-                    ),
+        for first in (0..BLOCKS).step_by(READ_BLOCKS as usize) {
+            let offset = first * BLOCK_BYTES;
+            if let Some(data) = self.read(store, lower, offset, READ_BLOCKS * BLOCK_BYTES) {
+                for (i, block) in data.chunks_exact(BLOCK).enumerate() {
+                    self.check_block(first + i as u64, Some(block), lower.faulted, when);
                 }
+                continue;
             }
-            if data.is_none() {
-                let sectors = (offset as usize) / SECTOR..(offset as usize + BLOCK) / SECTOR;
-                for known in &mut self.known[sectors] {
-                    if *known == Known::Read {
-                        *known = Known::Unknown;
-                    }
-                }
+            for lba in first..first + READ_BLOCKS {
+                let data = self.read(store, lower, lba * BLOCK_BYTES, BLOCK_BYTES);
+                self.check_block(lba, data.as_deref(), lower.faulted, when);
             }
         }
         self.check_holes(store);
+    }
+
+    /// One block's read against what is known of it; a failed read makes what was only read
+    /// before unknown.
+    fn check_block(&mut self, lba: u64, data: Option<&[u8]>, faulted: bool, when: &str) {
+        let offset = (lba * BLOCK_BYTES) as usize;
+        for sector in 0..BLOCK / SECTOR {
+            let at = offset + sector * SECTOR;
+            let known = self.known[at / SECTOR];
+            let expected = &self.contents[at..at + SECTOR];
+            match (data, known) {
+                (_, Known::Unknown) => {}
+                (None, Known::Read) => {}
+                (None, Known::New) if faulted => {}
+                (None, Known::New) => {
+                    panic!("{when}: block {lba}, written since the start, cannot be read")
+                }
+                (Some(data), _) => assert!(
+                    &data[sector * SECTOR..][..SECTOR] == expected,
+                    "{when}: sector {sector} of block {lba} ({known:?}) reads differently"
+                ),
+            }
+        }
+        if data.is_none() {
+            for known in &mut self.known[offset / SECTOR..(offset + BLOCK) / SECTOR] {
+                if *known == Known::Read {
+                    *known = Known::Unknown;
+                }
+            }
+        }
     }
 }
 
