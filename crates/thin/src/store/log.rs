@@ -283,6 +283,8 @@ impl Store {
                 Waiter::Checkpoint => self.checkpoint_records_durable(ok),
                 Waiter::Slot => self.slot_durable(ok),
                 Waiter::Recovered => self.recovery_flushed(ok),
+                // `background` frees what the flush made safe to free.
+                Waiter::Reclaim => self.reclaim_flush = false,
             }
         }
         self.pump_flushes();

@@ -256,6 +256,8 @@ enum Waiter {
     Slot,
     /// What start-up replayed.
     Recovered,
+    /// Records that took the last live blocks of segments, so the segments can be freed.
+    Reclaim,
 }
 
 /// The record being filled.
@@ -285,6 +287,8 @@ struct Segment {
     /// the segment could not be read): it is not picked again until its live bytes change,
     /// or the cleaner would read it over and over.
     stuck: bool,
+    /// The record holding the entry that took its last live block, once it has none.
+    dead_seq: u64,
 }
 
 /// A checkpoint being written.
@@ -341,6 +345,11 @@ pub struct Store {
     durable_seq: u64,
     segments: Vec<Segment>,
     free: BTreeSet<u64>,
+    /// Segments that lost their last live block, with the record that took it (in record
+    /// order): free once that record is durable (`free_dead_segments`).
+    dying: VecDeque<(u64, u64)>,
+    /// A flush for `Waiter::Reclaim` is asked for.
+    reclaim_flush: bool,
 
     // Flushes.
     waiters: Vec<(u64, Waiter)>,
@@ -431,6 +440,8 @@ impl Store {
             resident: HashMap::new(),
             durable_seq: 0,
             free: (0..layout.segments).collect(),
+            dying: VecDeque::new(),
+            reclaim_flush: false,
             segments,
             waiters: Vec::new(),
             flush_in_flight: None,
@@ -778,12 +789,22 @@ impl Store {
         let old = self.map.set(lba, location);
         if let Some(old) = &old {
             let segment = self.segment_of_address(old.address_bytes);
+            let killer = match (&self.open, self.phase) {
+                (Some(open), Phase::Ready) => Some(open.seq),
+                _ => None,
+            };
             let entry = &mut self.segments[segment as usize];
             entry.live_bytes = entry
                 .live_bytes
                 .checked_sub(stored_footprint(old))
                 .expect("segment live bytes underflow");
             entry.stuck = false;
+            if entry.live_bytes == 0
+                && let Some(seq) = killer
+            {
+                entry.dead_seq = seq;
+                self.dying.push_back((seq, segment));
+            }
         }
         old
     }
