@@ -20,6 +20,7 @@ use crate::model::{
     ApiError, CreateDg, CreatePd, CreateVd, DgRef, DgView, Empty, ErrorBody, EventView, InfoView,
     PdView, ReplacePd, ScrubDg, SetVd, UpdateDg, VdView,
 };
+use crate::model::{ImportMd, MdImportView};
 use crate::tls::ApiToken;
 
 /// Why a request did not get a successful answer.
@@ -249,6 +250,11 @@ impl Client {
     /// `POST /v1/dgs`.
     pub fn create_dg(&self, body: &CreateDg) -> Result<DgView, ClientError> {
         self.send("POST", "/v1/dgs", Some(body))
+    }
+
+    /// `POST /v1/md-imports`.
+    pub fn import_md(&self, body: &ImportMd) -> Result<MdImportView, ClientError> {
+        self.send("POST", "/v1/md-imports", Some(body))
     }
 
     /// `GET /v1/dgs/{id-or-name}`.

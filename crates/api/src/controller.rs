@@ -5,6 +5,7 @@ use crate::model::{
     ApiError, CreateDg, CreatePd, CreateVd, DgRef, DgView, EventView, ExportUblk, InfoView, PdView,
     ReplacePd, ScrubDg, SetVd, UpdateDg, VdView,
 };
+use crate::model::{ImportMd, MdImportView};
 
 /// The daemon's side of the management API. Methods are called from many connection threads at
 /// once. A method that fails must change nothing (docs/api.md). A panic inside a method is caught
@@ -40,6 +41,14 @@ pub trait Controller: Send + Sync {
     fn update_dg(&self, dg: &DgRef, body: UpdateDg) -> Result<DgView, ApiError>;
     /// `POST /v1/dgs/{id-or-name}/scrub`: start a scrub.
     fn scrub_dg(&self, dg: &DgRef, body: ScrubDg) -> Result<DgView, ApiError>;
+
+    /// `POST /v1/md-imports`: adopt an md array with its data in place (answered with 201).
+    fn import_md(&self, body: ImportMd) -> Result<MdImportView, ApiError> {
+        let _ = body;
+        Err(ApiError::unavailable(
+            "this daemon does not import md arrays",
+        ))
+    }
 
     /// `GET /v1/vds`: every virtual drive, by name.
     fn list_vds(&self) -> Result<Vec<VdView>, ApiError>;

@@ -56,6 +56,7 @@ enum Route {
     Vds,
     Vd(String),
     VdUblk(String),
+    MdImports,
     Events,
 }
 
@@ -66,7 +67,7 @@ impl Route {
             Route::Dashboard | Route::Metrics | Route::Info | Route::Events => "GET",
             Route::Pds | Route::Dgs | Route::Vds => "GET, POST",
             Route::Pd(_) | Route::Vd(_) => "GET, DELETE",
-            Route::PdAction(..) | Route::DgScrub(_) => "POST",
+            Route::PdAction(..) | Route::DgScrub(_) | Route::MdImports => "POST",
             Route::VdUblk(_) => "POST, DELETE",
             Route::Dg(_) => "GET, DELETE, PATCH",
         }
@@ -125,6 +126,7 @@ fn route(segments: &[String]) -> Result<Option<Route>, ApiError> {
         ["v1", "dgs", dg, "scrub"] => {
             Route::DgScrub(DgRef::parse(dg).map_err(ApiError::invalid_argument)?)
         }
+        ["v1", "md-imports"] => Route::MdImports,
         ["v1", "vds"] => Route::Vds,
         ["v1", "vds", name] => {
             validate_name(name).map_err(ApiError::invalid_argument)?;
@@ -346,6 +348,7 @@ impl Router {
             }
             (Route::Dgs, "GET") => ok(&c.list_dgs()?),
             (Route::Dgs, "POST") => created(&c.create_dg(decode_body(body)?)?),
+            (Route::MdImports, "POST") => created(&c.import_md(decode_body(body)?)?),
             (Route::Dg(dg), "GET") => ok(&c.get_dg(dg)?),
             (Route::Dg(dg), "DELETE") => {
                 c.delete_dg(dg, query.flag("force")?)?;

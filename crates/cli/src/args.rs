@@ -254,6 +254,21 @@ pub enum DgCommand {
         #[command(flatten)]
         json: JsonFlag,
     },
+    /// Adopt an existing Linux md array (metadata 1.2; RAID 0/1/10/5/6, md's default layouts)
+    /// with its data in place: a drive group over its devices and one virtual drive holding
+    /// the array's contents. The array must be stopped and clean (docs/md-import.md).
+    ImportMd {
+        /// The array's member devices, in any order (md's roles decide); a missing member
+        /// within redundancy becomes a failed member to rebuild.
+        #[arg(value_name = "DEVICE", required = true)]
+        devices: Vec<String>,
+        /// The name of the group and of its virtual drive (default: md's array name, when it
+        /// is a valid, free name).
+        #[arg(long, value_name = "NAME", value_parser = values::name)]
+        name: Option<String>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
 }
 
 /// `tessera vd ...`.

@@ -331,11 +331,11 @@ fn wrong_input_is_one_line_naming_the_problem() {
         ),
         (
             "dg frobnicate",
-            "unknown command 'frobnicate' for `tessera dg` (commands: create, list, describe, delete, set, scrub)",
+            "unknown command 'frobnicate' for `tessera dg` (commands: create, list, describe, delete, set, scrub, import-md)",
         ),
         (
             "dg",
-            "`tessera dg` needs a command: create, list, describe, delete, set, scrub (see `tessera dg --help`)",
+            "`tessera dg` needs a command: create, list, describe, delete, set, scrub, import-md (see `tessera dg --help`)",
         ),
         (
             "",

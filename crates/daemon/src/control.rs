@@ -8,6 +8,7 @@ use tessera_api::model::{
     ApiError, Compression, CreateDg, CreatePd, CreateVd, DgRef, DgView, ErrorCode, EventView,
     ExportUblk, InfoView, PdView, ReplacePd, ScrubDg, SetVd, UpdateDg, VdAccessView, VdView,
 };
+use tessera_api::model::{ImportMd, MdImportView};
 use tessera_raid::geometry::{Level, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES};
 use tessera_raid::superblock::JournalMode;
 
@@ -156,6 +157,26 @@ impl Controller for Control {
                 .is_none_or(|view| view.state != tessera_api::model::DgState::Initializing)
         })?;
         self.get_dg(&DgRef::Id(dg))
+    }
+
+    fn import_md(&self, body: ImportMd) -> Result<MdImportView, ApiError> {
+        let imported = self
+            .call(move |plane| plane.import_md(body.devices, body.name))?
+            .map_err(api_error)?;
+        let dg = imported.dg;
+        // The group and its drive exist once the superblocks carrying them are on the members.
+        self.wait_until("writing the adopted group's metadata", move |plane| {
+            plane
+                .dg_view_of(dg)
+                .is_none_or(|view| view.state != tessera_api::model::DgState::Initializing)
+        })?;
+        Ok(MdImportView {
+            dg: self.get_dg(&DgRef::Id(dg))?,
+            vd: self.get_vd(&imported.vd)?,
+            md_uuid: imported.md_uuid,
+            md_name: imported.md_name,
+            pds: imported.pds,
+        })
     }
 
     fn get_dg(&self, dg: &DgRef) -> Result<DgView, ApiError> {

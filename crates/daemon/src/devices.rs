@@ -117,7 +117,8 @@ impl Device {
         Ok(())
     }
 
-    fn write_sync(&mut self, offset_bytes: u64, data: &[u8]) -> Result<(), String> {
+    /// Writes `data` at `offset_bytes` and flushes, synchronously (import and erasure only).
+    pub fn write_sync(&mut self, offset_bytes: u64, data: &[u8]) -> Result<(), String> {
         let mut pool = BufferPool::new(data.len());
         let buffer = pool.alloc(data.len()).expect("fresh pool");
         pool.slice_mut(buffer).copy_from_slice(data);

@@ -8,6 +8,7 @@ mod error;
 mod event;
 mod info;
 mod level;
+mod md;
 mod names;
 mod pd;
 mod vd;
@@ -24,6 +25,7 @@ pub use info::{
     ParitySelectionView,
 };
 pub use level::RaidLevel;
+pub use md::{ImportMd, MdImportView};
 pub use names::{DgRef, MAX_NAME_BYTES, validate_name};
 pub use pd::{CreatePd, PdKind, PdState, PdView, ReplacePd};
 pub use vd::{Compression, CreateVd, ExportUblk, SetVd, ThinStatsView, UblkView, VdView};

@@ -48,6 +48,11 @@ pub fn run(context: &mut Context<'_>, command: DgCommand) -> Result<ExitCode, Fa
             let dg = context.client.create_dg(&body)?;
             show(context, &dg, json.json)?;
         }
+        DgCommand::ImportMd {
+            devices,
+            name,
+            json,
+        } => super::md_import::run(context, devices, name, json.json)?,
         DgCommand::List(flag) => {
             let dgs = context.client.list_dgs()?;
             if flag.json {

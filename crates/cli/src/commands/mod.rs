@@ -4,6 +4,7 @@ mod bench;
 mod dg;
 mod events;
 mod manual;
+mod md_import;
 mod pd;
 mod serve;
 mod vd;

@@ -5,6 +5,7 @@
 mod admin;
 mod compute;
 mod group;
+mod md_import;
 mod nbd;
 mod peer;
 mod thin;
