@@ -203,10 +203,11 @@ impl RecordHeader {
                         let offset_in_record = le32(e, 8);
                         let stored_len = le16(e, 12);
                         let end = u64::from(offset_in_record) + u64::from(stored_len);
-                        // A block is stored raw at worst: a longer one was never written
-                        // by a store (and does not fit the map's 13-bit length).
+                        // A block is stored raw at worst, at an aligned offset: no store
+                        // wrote anything else (nor does the map's slot hold it).
                         if stored_len == 0
                             || u64::from(stored_len) > crate::BLOCK_BYTES
+                            || !u64::from(offset_in_record).is_multiple_of(PAYLOAD_ALIGN)
                             || end > record.len() as u64
                             || (offset_in_record as usize) < len
                         {
@@ -369,6 +370,18 @@ mod tests {
             }],
         );
         oversized.encode(&mut record);
+        assert_eq!(RecordHeader::decode(&record, 7), None);
+        let unaligned = header(
+            RecordKind::Data,
+            vec![Entry::Block {
+                lba: 5,
+                offset_in_record: 1032,
+                stored_len: 100,
+                codec: Codec::Lz4,
+                checksum: 1,
+            }],
+        );
+        unaligned.encode(&mut record);
         assert_eq!(RecordHeader::decode(&record, 7), None);
         let mapped = header(
             RecordKind::Checkpoint,
