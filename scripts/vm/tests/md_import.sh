@@ -1,0 +1,179 @@
+#!/bin/sh
+# Adopting a Linux md array in place (`tessera dg import-md`), run by xtask/tests/vm_md_import.rs
+# with five virtio disks and the tessera binary included:
+#   cargo xtask vm run --disks 5x128M --include-binary target/debug/tessera \
+#       scripts/vm/tests/md_import.sh
+# md RAID5 over /dev/vda../dev/vdd (metadata 1.2, 64 KiB chunks, no bitmap), ext4 with files
+# and their SHA-256 recorded, md stopped; `tessera serve` adopts the array, the kernel NBD
+# client attaches the virtual drive, the files verify; then a member fails, the hot spare
+# /dev/vde is rebuilt, e2fsck -fn is clean and the files verify again. Then md RAID6 over all
+# five disks (only 64 MiB of each, resynced by md first), adopted degraded with /dev/vdc left
+# out, files verified, /dev/vdc added back as a spare and rebuilt, e2fsck clean, files verified.
+# Each step prints one line the Rust test looks for; any failed check exits non-zero.
+set -eu
+
+work=/tmp/tessera
+mkdir -p "$work"
+export TESSERA_API_SOCKET=$work/api.sock
+nbd_socket=$work/nbd.sock
+started=$(date +%s)
+
+fail() {
+    echo "FAILED: $*"
+    echo "--- daemon log (last 40 lines)"
+    tail -n 40 "$work/daemon.log" 2>/dev/null || true
+    exit 1
+}
+step() {
+    echo "step: $* (at $(($(date +%s) - started)) s)"
+}
+group_state() {
+    tessera dg describe 0 --json | sed -n 's/^  "state": "\(.*\)",$/\1/p'
+}
+drop_caches() {
+    sync
+    echo 3 >/proc/sys/vm/drop_caches
+}
+# Writes 24 random files (64 KiB to 1 MiB) and small ones under /mnt/data; records sums.
+write_files() {
+    mkdir -p /mnt/data/tree/a/b
+    i=0
+    while [ "$i" -lt 24 ]; do
+        blocks=$((1 + ($(od -An -N2 -tu2 /dev/urandom) % 16)))
+        dd if=/dev/urandom of="/mnt/data/file$i" bs=64k count="$blocks" 2>/dev/null
+        echo "small file $i" >"/mnt/data/tree/a/b/note$i"
+        i=$((i + 1))
+    done
+    (cd /mnt/data && find . -type f | sort | xargs sha256sum) >/tmp/sums
+}
+start_daemon() {
+    tessera serve --config /dev/null --state-dir "$work/$1" --nbd-socket "$nbd_socket" \
+        --parity-engine cpu >"$work/daemon.log" 2>&1 &
+    daemon=$!
+    i=0
+    until tessera info >/dev/null 2>&1; do
+        i=$((i + 1))
+        [ "$i" -lt 600 ] || fail "the daemon did not answer within 60 s"
+        kill -0 "$daemon" 2>/dev/null || fail "the daemon exited"
+        sleep 0.1
+    done
+}
+stop_daemon() {
+    kill -TERM "$daemon"
+    daemon_status=0
+    wait "$daemon" || daemon_status=$?
+    [ "$daemon_status" -eq 0 ] || fail "the daemon exited with $daemon_status"
+}
+verify_files() {
+    drop_caches
+    (cd /mnt/data && sha256sum -c -s /tmp/sums) || fail "files differ ($1)"
+    echo "files verify: $1 ($(wc -l </tmp/sums) files)"
+}
+
+# --- an md array with a file system and files on it, stopped cleanly
+modprobe raid456
+mdadm --create /dev/md0 --run --quiet --metadata=1.2 --level=5 --raid-devices=4 \
+    --chunk=64 --bitmap=none --assume-clean --name=mdtest \
+    /dev/vda /dev/vdb /dev/vdc /dev/vdd || fail "mdadm --create"
+md_bytes=$(blockdev --getsize64 /dev/md0)
+data_offset=$(mdadm --examine /dev/vda | sed -n 's/^ *Data Offset : \([0-9]*\) sectors.*/\1/p')
+echo "md: RAID5 over vda-vdd, $md_bytes bytes, data at sector $data_offset"
+mkfs.ext4 -q -b 4096 /dev/md0
+mkdir -p /mnt/data
+mount -t ext4 /dev/md0 /mnt/data
+write_files
+umount /mnt/data
+mdadm --stop /dev/md0 >/dev/null 2>&1 || fail "mdadm --stop"
+echo "md: ext4 with $(wc -l </tmp/sums) files, stopped"
+step "md array ready"
+
+# --- the daemon adopts it
+modprobe nbd
+start_daemon state5
+# Given out of order: md's roles decide the order.
+tessera dg import-md /dev/vdc /dev/vda /dev/vdd /dev/vdb >"$work/import.out" 2>&1 ||
+    { cat "$work/import.out"; fail "dg import-md"; }
+head -n 1 "$work/import.out"
+vd_bytes=$(tessera vd describe mdtest --json | sed -n 's/^  "size_bytes": \([0-9]*\),$/\1/p')
+[ "$vd_bytes" = "$md_bytes" ] || fail "virtual drive mdtest has '$vd_bytes' bytes, md had $md_bytes"
+[ "$(group_state)" = optimal ] || fail "drive group 0 is '$(group_state)' after the import"
+echo "import: virtual drive mdtest of $vd_bytes bytes, group optimal"
+# md's superblock is kept at 36 KiB (magic a92b4efc, little-endian).
+magic=$(dd if=/dev/vda bs=4096 skip=9 count=1 2>/dev/null | od -An -tx4 -N4 | tr -d ' ')
+[ "$magic" = a92b4efc ] || fail "no md superblock kept at 36 KiB of /dev/vda ('$magic')"
+echo "import: md superblocks kept at 36 KiB"
+# md no longer sees an array there.
+if mdadm --examine /dev/vda >/dev/null 2>&1; then fail "mdadm still sees a superblock"; fi
+step "imported"
+
+nbd-client -unix "$nbd_socket" -N mdtest -b 4096 /dev/nbd0 >"$work/nbd-client.log" 2>&1 ||
+    { cat "$work/nbd-client.log"; fail "nbd-client could not attach"; }
+mount -t ext4 /dev/nbd0 /mnt/data
+verify_files "adopted"
+
+# --- a member fails; the hot spare is rebuilt
+tessera pd add --spare /dev/vde >/dev/null
+tessera pd fail 2 >/dev/null
+echo "rebuild: member 2 failed, spare vde taking over"
+verify_files "degraded"
+tessera dg describe 0 --wait --poll-ms 200 >/dev/null || fail "dg describe --wait"
+[ "$(group_state)" = optimal ] || fail "drive group 0 is '$(group_state)' after the rebuild"
+tessera dg describe 0 --json >"$work/dg.json"
+grep -q '"pd": 4,' "$work/dg.json" || fail "the spare (pd 4) is not a member"
+echo "rebuild: done, group optimal"
+step "rebuilt"
+umount /mnt/data
+e2fsck -fn /dev/nbd0 >"$work/e2fsck.out" 2>&1 || { cat "$work/e2fsck.out"; fail "e2fsck"; }
+echo "e2fsck: clean"
+mount -t ext4 /dev/nbd0 /mnt/data
+verify_files "rebuilt"
+umount /mnt/data
+nbd-client -d /dev/nbd0 >/dev/null 2>&1 || fail "nbd-client -d"
+
+stop_daemon
+echo "daemon: stopped cleanly"
+step "raid5 done"
+
+# --- md RAID6, adopted degraded; the member left out comes back as a spare
+for disk in vda vdb vdc vdd vde; do
+    dd if=/dev/zero of=/dev/$disk bs=1M count=4 conv=fsync 2>/dev/null
+done
+echo 200000 >/proc/sys/dev/raid/speed_limit_min
+mdadm --create /dev/md1 --run --quiet --metadata=1.2 --level=6 --raid-devices=5 \
+    --chunk=64 --bitmap=none --size=64M --name=mdsix \
+    /dev/vda /dev/vdb /dev/vdc /dev/vdd /dev/vde || fail "mdadm --create raid6"
+mdadm --wait /dev/md1 || true
+grep -q resync /proc/mdstat && fail "md is still resyncing"
+md_bytes=$(blockdev --getsize64 /dev/md1)
+mkfs.ext4 -q -b 4096 /dev/md1
+mount -t ext4 /dev/md1 /mnt/data
+write_files
+umount /mnt/data
+mdadm --stop /dev/md1 >/dev/null 2>&1 || fail "mdadm --stop md1"
+echo "md6: RAID6 over vda-vde, $md_bytes bytes, resynced, ext4 with $(wc -l </tmp/sums) files, stopped"
+step "raid6 array ready"
+start_daemon state6
+tessera dg import-md /dev/vda /dev/vdb /dev/vdd /dev/vde >"$work/import.out" 2>&1 ||
+    { cat "$work/import.out"; fail "dg import-md (raid6, vdc left out)"; }
+vd_bytes=$(tessera vd describe mdsix --json | sed -n 's/^  "size_bytes": \([0-9]*\),$/\1/p')
+[ "$vd_bytes" = "$md_bytes" ] || fail "virtual drive mdsix has '$vd_bytes' bytes, md had $md_bytes"
+[ "$(group_state)" = degraded ] || fail "drive group 0 is '$(group_state)', expected degraded"
+echo "import6: virtual drive mdsix of $vd_bytes bytes, degraded (vdc left out)"
+nbd-client -unix "$nbd_socket" -N mdsix -b 4096 /dev/nbd0 >"$work/nbd-client.log" 2>&1 ||
+    { cat "$work/nbd-client.log"; fail "nbd-client could not attach mdsix"; }
+mount -t ext4 /dev/nbd0 /mnt/data
+verify_files "raid6 degraded"
+tessera pd add --spare /dev/vdc >/dev/null
+tessera dg describe 0 --wait --poll-ms 200 >/dev/null || fail "dg describe --wait"
+[ "$(group_state)" = optimal ] || fail "drive group 0 is '$(group_state)' after the rebuild"
+echo "rebuild6: vdc added back as a spare and rebuilt, group optimal"
+umount /mnt/data
+e2fsck -fn /dev/nbd0 >"$work/e2fsck.out" 2>&1 || { cat "$work/e2fsck.out"; fail "e2fsck"; }
+echo "e2fsck6: clean"
+mount -t ext4 /dev/nbd0 /mnt/data
+verify_files "raid6 rebuilt"
+umount /mnt/data
+nbd-client -d /dev/nbd0 >/dev/null 2>&1 || fail "nbd-client -d"
+stop_daemon
+step "done"
+echo "MD-IMPORT-OK"
