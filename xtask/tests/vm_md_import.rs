@@ -2,7 +2,9 @@
 //! docs/md-import.md): an md RAID5 with ext4 and files, stopped and adopted in place by
 //! `tessera dg import-md`, attached with the kernel's NBD client, files verified, a member
 //! failed and rebuilt onto a spare, e2fsck clean; then an md RAID6 adopted with one member left
-//! out and that member rebuilt as a spare. About a minute under software emulation.
+//! out and that member rebuilt as a spare; last an md RAID1 adopted, written to under Tessera
+//! and handed back to md, which assembles it with every file intact. About a minute under
+//! software emulation.
 //!
 //! The tessera binary comes from `cargo build --profile test -p tessera-cli` (the build
 //! `cargo test` itself makes of it), or from `TESSERA_VM_BINARY` when set.
@@ -87,6 +89,9 @@ fn tessera_adopts_md_arrays_in_the_vm() {
         "rebuild6: vdc added back as a spare and rebuilt, group optimal",
         "e2fsck6: clean",
         "files verify: raid6 rebuilt (48 files)",
+        "import1: RAID1 adopted, files written under Tessera",
+        "files verify: back under md (49 files)",
+        "back1: md assembles the array again, e2fsck clean, every file verifies",
         "MD-IMPORT-OK",
     ] {
         assert!(has(expected), "missing {expected:?}\n{context}");
