@@ -148,6 +148,12 @@ fn import_md_refuses_what_it_cannot_adopt() {
     std::fs::write(&paths[1], image).unwrap();
     refused(&daemon, "checksum", &paths, "checksum");
 
+    let paths = good("badblocks");
+    let mut image = std::fs::read(&paths[2]).unwrap();
+    image[8192..8200].copy_from_slice(&((4096u64 << 10) | 7).to_le_bytes());
+    std::fs::write(&paths[2], image).unwrap();
+    refused(&daemon, "badblocks", &paths, "md recorded bad blocks on");
+
     let unclean = members(|s| s.iter_mut().for_each(|s| s.resync_offset_sectors = 1024));
     let paths = write_members(&daemon, "unclean", &unclean);
     refused(&daemon, "unclean", &paths, "not stopped cleanly");

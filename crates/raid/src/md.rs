@@ -244,6 +244,26 @@ impl MdSuperblock {
         hex.join(":")
     }
 
+    /// Whether md's bad-block log lists any bad block. `area` holds the device's bytes from
+    /// the superblock on (4 KiB onward). The log is a list of 64-bit entries (a range of
+    /// sectors each), ended by an entry of all ones, which is also what an empty log holds.
+    /// A log outside `area` is not read (`None`).
+    pub fn bad_blocks_recorded(&self, area: &[u8]) -> Option<bool> {
+        if self.feature_map & FEATURE_BAD_BLOCKS == 0 || self.bblog_size_sectors == 0 {
+            return Some(false);
+        }
+        let start = usize::try_from(self.bblog_offset_sectors).ok()? * MD_SECTOR_BYTES as usize;
+        let len = usize::from(self.bblog_size_sectors) * MD_SECTOR_BYTES as usize;
+        let log = area.get(start..start.checked_add(len)?)?;
+        Some(
+            log.chunks_exact(8)
+                .map(|entry| u64::from_le_bytes(entry.try_into().expect("8 bytes")))
+                .take_while(|&entry| entry != u64::MAX)
+                .next()
+                .is_some(),
+        )
+    }
+
     /// Encodes a superblock (4 KiB) with a correct checksum: for tests and test fixtures.
     pub fn encode(&self) -> Vec<u8> {
         assert!(self.dev_roles.len() <= MD_MAX_DEVICES as usize);
@@ -390,6 +410,21 @@ pub(crate) mod tests {
             MdSuperblock::decode(&v10.encode()),
             Err(MdDecodeError::SuperOffset(0))
         );
+    }
+
+    #[test]
+    fn bad_block_log() {
+        let mut superblock = raid5_member(0);
+        superblock.feature_map = FEATURE_BAD_BLOCKS;
+        let mut area = vec![0xffu8; 16384];
+        assert_eq!(superblock.bad_blocks_recorded(&area), Some(false));
+        area[4096..4104].copy_from_slice(&((1000u64 << 10) | 7).to_le_bytes());
+        assert_eq!(superblock.bad_blocks_recorded(&area), Some(true));
+        assert_eq!(superblock.bad_blocks_recorded(&area[..4000]), None);
+        superblock.bblog_offset_sectors = -8;
+        assert_eq!(superblock.bad_blocks_recorded(&area), None);
+        superblock.feature_map = 0;
+        assert_eq!(superblock.bad_blocks_recorded(&area), Some(false));
     }
 
     #[test]

@@ -118,6 +118,19 @@ impl DataPlane {
             let candidate = read_candidate(path)?;
             let superblock = MdSuperblock::decode(&candidate.area[..MD_SUPERBLOCK_READ_BYTES])
                 .map_err(|error| AdminError::Invalid(format!("{path}: {error}")))?;
+            match superblock.bad_blocks_recorded(&candidate.area) {
+                Some(false) => {}
+                Some(true) => {
+                    return Err(AdminError::Invalid(format!(
+                        "md recorded bad blocks on {path} (mdadm --examine-badblocks {path}); replace the device under md first"
+                    )));
+                }
+                None => {
+                    return Err(AdminError::Invalid(format!(
+                        "md's bad-block log on {path} lies outside the 16 KiB from 4 KiB that the import keeps"
+                    )));
+                }
+            }
             md_devices.push(MdDevice {
                 path: path.clone(),
                 size_bytes: candidate.device.size_bytes,
