@@ -55,6 +55,10 @@ pub const TARGETS: &[Target] = &[
         run: metadata::journal_batch,
     },
     Target {
+        name: "md_superblock",
+        run: metadata::md_superblock,
+    },
+    Target {
         name: "engine_assemble",
         run: engine::assemble,
     },

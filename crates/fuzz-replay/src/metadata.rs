@@ -157,3 +157,42 @@ pub fn journal_batch(data: &[u8]) {
     assert_eq!(decoded.header.sequence, batch.header.sequence);
     assert_eq!(decoded.header.retired_below, batch.header.retired_below);
 }
+
+/// Linux md's v1.2 superblock, read from each device `dg import-md` is given
+/// (`MdSuperblock::decode`, `bad_blocks_recorded`, `plan_import`). The input is the 16 KiB
+/// the import reads from 4 KiB, decoded as found and with md's checksum made valid.
+/// Whatever decodes must encode to an image that decodes again, and the import's plan over
+/// the device (alone, and with copies of it in the other roles) must decide without panicking.
+pub fn md_superblock(data: &[u8]) {
+    use tessera_raid::md::{MD_MAX_DEVICES, MdSuperblock, checksum};
+    use tessera_raid::md_import::{MdDevice, plan_import};
+    let _ = MdSuperblock::decode(data);
+    let mut image = data[..data.len().min(16384)].to_vec();
+    image.resize(16384, 0);
+    let max_dev = u32::from_le_bytes(image[220..224].try_into().expect("4 bytes"));
+    if max_dev <= MD_MAX_DEVICES {
+        let sum = checksum(&image, max_dev);
+        image[216..220].copy_from_slice(&sum.to_le_bytes());
+    }
+    let Ok(superblock) = MdSuperblock::decode(&image) else {
+        return;
+    };
+    assert!(
+        MdSuperblock::decode(&superblock.encode()).is_ok(),
+        "a decoded md superblock does not survive encode and decode"
+    );
+    let _ = superblock.bad_blocks_recorded(&image);
+    let _ = superblock.role();
+    let size_bytes = u64::from_le_bytes(image[4088..4096].try_into().expect("8 bytes"));
+    let device = |dev_number: u32| MdDevice {
+        path: format!("dev{dev_number}"),
+        size_bytes,
+        superblock: MdSuperblock {
+            dev_number,
+            ..superblock.clone()
+        },
+    };
+    let _ = plan_import(&[device(superblock.dev_number)]);
+    let roles = superblock.raid_disks.min(8);
+    let _ = plan_import(&(0..roles).map(device).collect::<Vec<_>>());
+}

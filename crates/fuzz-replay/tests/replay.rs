@@ -121,6 +121,7 @@ replay_tests!(
     nbd_requests,
     nbd_client_replies,
     superblock,
+    md_superblock,
     bitmap_block,
     journal_batch,
     engine_assemble,

@@ -54,6 +54,7 @@ fn all_seeds() -> Vec<Seed> {
     seeds.extend(request_seeds());
     seeds.extend(client_reply_seeds());
     seeds.extend(superblock_seeds());
+    seeds.extend(md_superblock_seeds());
     seeds.extend(bitmap_seeds());
     seeds.extend(journal_seeds());
     seeds.extend(engine_seeds());
@@ -103,6 +104,137 @@ fn every_target_has_seeds() {
             seed.name
         );
     }
+}
+
+// ----- md superblocks (dg import-md) -----
+
+/// The 16 KiB `dg import-md` reads from 4 KiB: md's superblock, an empty bad-block log (all
+/// ones, as mdadm writes it) at 8 KiB, and the device size the target takes from bytes
+/// 4088..4096 (past the roles).
+fn md_area(superblock: &tessera_raid::md::MdSuperblock, device_bytes: u64) -> Vec<u8> {
+    let mut area = superblock.encode();
+    area[4088..4096].copy_from_slice(&device_bytes.to_le_bytes());
+    area.resize(8192, 0xff);
+    area.resize(16384, 0);
+    area
+}
+
+fn md_superblock_seeds() -> Vec<Seed> {
+    use tessera_raid::md::{LAYOUT_LEFT_SYMMETRIC, LAYOUT_RAID10_NEAR2, MD_MAX_SECTOR};
+    use tessera_raid::md::{MdSuperblock, ROLE_SPARE};
+    use tessera_raid::md_import::{MdDevice, plan_import};
+    let base = MdSuperblock {
+        feature_map: tessera_raid::md::FEATURE_BAD_BLOCKS,
+        set_uuid: [7; 16],
+        set_name: "host:data".into(),
+        ctime: 1,
+        level: 5,
+        layout: LAYOUT_LEFT_SYMMETRIC,
+        size_sectors: 16384,
+        chunk_sectors: 128,
+        raid_disks: 4,
+        reshape_position: 0,
+        data_offset_sectors: 2048,
+        data_size_sectors: 45056,
+        super_offset_sectors: 8,
+        recovery_offset_sectors: 0,
+        dev_number: 1,
+        device_uuid: [2; 16],
+        bblog_offset_sectors: 8,
+        bblog_size_sectors: 8,
+        utime: 2,
+        events: 19,
+        resync_offset_sectors: MD_MAX_SECTOR,
+        dev_roles: vec![0, 1, 2, 3],
+    };
+    let device_bytes = 24 << 20;
+    let variants: Vec<(&'static str, MdSuperblock, bool)> = vec![
+        ("raid5-clean", base.clone(), true),
+        (
+            "raid6-five",
+            MdSuperblock {
+                level: 6,
+                raid_disks: 5,
+                dev_number: 4,
+                dev_roles: vec![0, 1, 2, 3, 4],
+                ..base.clone()
+            },
+            true,
+        ),
+        (
+            "raid1-pair",
+            MdSuperblock {
+                level: 1,
+                layout: 0,
+                chunk_sectors: 0,
+                raid_disks: 2,
+                dev_roles: vec![0, 1],
+                ..base.clone()
+            },
+            true,
+        ),
+        (
+            "raid10-near2",
+            MdSuperblock {
+                level: 10,
+                layout: LAYOUT_RAID10_NEAR2,
+                ..base.clone()
+            },
+            true,
+        ),
+        (
+            "raid0-three",
+            MdSuperblock {
+                level: 0,
+                layout: 0,
+                size_sectors: 0,
+                raid_disks: 3,
+                dev_roles: vec![0, 1, 2],
+                ..base.clone()
+            },
+            true,
+        ),
+        (
+            "raid5-odd-roles",
+            MdSuperblock {
+                raid_disks: 3,
+                dev_roles: vec![0, 1, 2],
+                ..base.clone()
+            },
+            true,
+        ),
+        (
+            "raid5-spare-unclean",
+            MdSuperblock {
+                dev_number: 3,
+                resync_offset_sectors: 0,
+                dev_roles: vec![0, 1, 2, ROLE_SPARE],
+                ..base.clone()
+            },
+            false,
+        ),
+    ];
+    variants
+        .into_iter()
+        .map(|(name, superblock, plannable)| {
+            // Every seed decodes; the plannable ones are adopted when every role is given.
+            let area = md_area(&superblock, device_bytes);
+            let decoded = MdSuperblock::decode(&area).expect("seed decodes");
+            assert_eq!(decoded.bad_blocks_recorded(&area), Some(false), "{name}");
+            let devices: Vec<MdDevice> = (0..decoded.raid_disks)
+                .map(|dev_number| MdDevice {
+                    path: format!("dev{dev_number}"),
+                    size_bytes: device_bytes,
+                    superblock: MdSuperblock {
+                        dev_number,
+                        ..decoded.clone()
+                    },
+                })
+                .collect();
+            assert_eq!(plan_import(&devices).is_ok(), plannable, "{name}");
+            seed("md_superblock", name, area)
+        })
+        .collect()
 }
 
 // ----- NBD -----
