@@ -39,9 +39,15 @@ fn text(output: &Output) -> String {
     )
 }
 
-/// The `ip:port` the daemon logged for its TLS API listener.
+/// The `ip:port` the daemon logged for its TLS API listener (it starts just after the socket
+/// the test harness waits for).
 fn api_address(daemon: &Daemon) -> String {
-    let log = daemon.log();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut log = daemon.log();
+    while !log.contains("management API on https://") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        log = daemon.log();
+    }
     let line = log
         .lines()
         .find(|line| line.contains("management API on https://"))

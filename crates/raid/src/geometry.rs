@@ -98,6 +98,9 @@ pub enum GeometryError {
     ChunkSize { chunk_bytes: u64 },
     /// The members are too small to hold a single stripe.
     TooSmall { member_data_bytes: u64 },
+    /// The members' data space together does not fit in 64 bits of bytes (only metadata
+    /// from a damaged or hostile drive claims that much).
+    TooLarge { member_data_bytes: u64 },
 }
 
 impl fmt::Display for GeometryError {
@@ -116,6 +119,12 @@ impl fmt::Display for GeometryError {
                 write!(
                     f,
                     "members are too small ({member_data_bytes} bytes of data space each)"
+                )
+            }
+            GeometryError::TooLarge { member_data_bytes } => {
+                write!(
+                    f,
+                    "members are too large ({member_data_bytes} bytes of data space each)"
                 )
             }
         }
@@ -152,6 +161,10 @@ impl Geometry {
             return Err(GeometryError::ChunkSize { chunk_bytes });
         }
         let rounded = member_data_bytes / chunk_bytes * chunk_bytes;
+        // Every product the geometry forms is at most this one.
+        if rounded.checked_mul(members as u64).is_none() {
+            return Err(GeometryError::TooLarge { member_data_bytes });
+        }
         let geometry = Geometry {
             level,
             members,
