@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use crate::error::IoError;
 
-/// Most pieces one [`Operation::Send`] gathers (an NBD reply header, an offset, the data...).
-pub const SEND_PARTS_MAX: usize = 4;
+/// Most pieces one [`Operation::Send`] gathers: room for several NBD replies (a header and
+/// the data each), so that replies ready together leave in one system call.
+pub const SEND_PARTS_MAX: usize = 16;
 
 /// The byte ranges one send gathers, in order: raw pointers the caller keeps valid.
 #[derive(Clone, Copy, Debug)]
@@ -84,6 +85,9 @@ impl Default for SendParts {
 
 /// One asynchronous operation. Memory named by pointers belongs to the kernel (or the driver)
 /// from [`Driver::submit`] until the operation's completion is returned by [`Driver::wait`].
+// A send's parts stay inline: operations live in slots allocated once per ring, and boxing
+// them would cost an allocation per send on the hot path.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug)]
 pub enum Operation {
     /// `pread`: read `len_bytes` at `offset_bytes` of `fd` into `buffer`. The result is the

@@ -78,6 +78,46 @@ fn gathered_send_arrives_in_order() {
     }
 }
 
+/// A send of the most parts allowed, of uneven sizes and larger together than the socket
+/// buffer, arrives as their concatenation: partial sends resume across part boundaries.
+#[test]
+fn send_of_every_part_resumes_across_parts() {
+    for (name, mut driver) in drivers() {
+        let (left, mut right) = UnixStream::pair().unwrap();
+        let pieces: Vec<Vec<u8>> = (0..tessera_io::SEND_PARTS_MAX)
+            .map(|index| {
+                let mut piece = vec![0u8; 16 + index * 97_003 % 400_000];
+                Rng::new(index as u64 + 1).fill(&mut piece);
+                piece
+            })
+            .collect();
+        let expected: Vec<u8> = pieces.concat();
+        let reader = std::thread::spawn(move || {
+            let mut received = Vec::new();
+            right.read_to_end(&mut received).unwrap();
+            received
+        });
+        let mut parts = SendParts::new();
+        for piece in &pieces {
+            parts.push(piece.as_ptr(), piece.len() as u32);
+        }
+        // SAFETY: `pieces` outlives the completion.
+        unsafe {
+            driver.submit(
+                1,
+                Operation::Send {
+                    fd: left.as_raw_fd(),
+                    parts,
+                },
+            )
+        };
+        let completion = collect(&mut driver, 1)[0];
+        assert_eq!(completion.result as usize, expected.len(), "{name}");
+        drop(left);
+        assert!(reader.join().unwrap() == expected, "{name}: bytes differ");
+    }
+}
+
 /// A send far larger than the socket buffer completes whole while the same driver receives
 /// it on the other end: the driver resumes partial sends itself.
 #[test]

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tessera_api::model::{Peer, admits};
 use tessera_buffer::BufferId;
-use tessera_io::{Driver, Operation, SendParts};
+use tessera_io::{Driver, Operation, SEND_PARTS_MAX, SendParts};
 use tessera_nbd::TlsMode;
 use tessera_nbd::proto::REQUEST_HEADER_BYTES;
 use tessera_nbd::reply::encode_command_reply;
@@ -131,6 +131,15 @@ struct Outgoing {
     tail: Vec<u8>,
 }
 
+impl Outgoing {
+    fn len_bytes(&self) -> usize {
+        self.head.len() + self.data.map_or(0, |(_, _, len)| len as usize) + self.tail.len()
+    }
+}
+
+/// The most bytes one send gathers from several replies (a single larger reply goes alone).
+const SEND_BATCH_BYTES: usize = 512 * 1024;
+
 pub(crate) struct Connection {
     socket: OwnedFd,
     /// After `NBD_OPT_STARTTLS`: every byte in and out passes through it.
@@ -146,7 +155,8 @@ pub(crate) struct Connection {
     payload: Option<Payload>,
     discard_bytes: usize,
     outbox: VecDeque<Outgoing>,
-    sending: Option<Outgoing>,
+    /// The replies of the send in flight (empty when none is); kept for its capacity.
+    sending: Vec<Outgoing>,
     in_flight: u32,
     /// No more requests are read; the connection closes once replies are out.
     closing: bool,
@@ -257,7 +267,7 @@ impl DataPlane {
                 data: None,
                 tail: Vec::new(),
             }]),
-            sending: None,
+            sending: Vec::new(),
             in_flight: 0,
             closing: false,
             stalled: false,
@@ -289,7 +299,7 @@ impl DataPlane {
         if connection.closing
             && connection.in_flight == 0
             && !connection.receiving
-            && connection.sending.is_none()
+            && connection.sending.is_empty()
         {
             let mut connection = self.connections.remove(key).expect("live connection");
             if let Some(payload) = connection.payload.take() {
@@ -337,9 +347,15 @@ impl DataPlane {
         let Some(connection) = self.connections.get_mut(key) else {
             return;
         };
-        let sent = connection.sending.take().expect("a send was in flight");
-        if let Some((group, buffer, _)) = sent.data {
-            self.free_buffer(Some(group), buffer);
+        assert!(!connection.sending.is_empty(), "a send was in flight");
+        let mut sent = std::mem::take(&mut connection.sending);
+        for outgoing in sent.drain(..) {
+            if let Some((group, buffer, _)) = outgoing.data {
+                self.free_buffer(Some(group), buffer);
+            }
+        }
+        if let Some(connection) = self.connections.get_mut(key) {
+            connection.sending = sent;
         }
         if result < 0 {
             self.close_connection(key, "send failed");
@@ -882,46 +898,65 @@ impl DataPlane {
         let Some(connection) = self.connections.get_mut(key) else {
             return;
         };
-        if connection.sending.is_some() {
+        if !connection.sending.is_empty() {
             return;
         }
         if connection.tls.is_some() {
             self.start_tls_send(key);
             return;
         }
-        // Replies without data travel together in one send.
-        let Some(mut outgoing) = connection.outbox.pop_front() else {
-            return;
-        };
-        while outgoing.data.is_none() && outgoing.tail.is_empty() {
-            match connection.outbox.front() {
-                Some(next)
-                    if next.data.is_none()
-                        && next.tail.is_empty()
-                        && outgoing.head.len() < 64 * 1024 =>
-                {
-                    let next = connection.outbox.pop_front().expect("front");
-                    outgoing.head.extend_from_slice(&next.head);
-                }
-                _ => break,
+        // Replies waiting together leave in one send: at queue depth, one system call and one
+        // socket buffer carry many replies instead of one each.
+        let batch = &mut connection.sending;
+        let mut parts_used = 0;
+        let mut batch_bytes = 0;
+        while let Some(next) = connection.outbox.front() {
+            let head_only = next.data.is_none() && next.tail.is_empty();
+            let merges = head_only
+                && batch
+                    .last()
+                    .is_some_and(|last| last.data.is_none() && last.tail.is_empty());
+            let parts_needed = if merges {
+                0
+            } else {
+                1 + usize::from(next.data.is_some()) + usize::from(!next.tail.is_empty())
+            };
+            if !batch.is_empty()
+                && (parts_used + parts_needed > SEND_PARTS_MAX
+                    || batch_bytes + next.len_bytes() > SEND_BATCH_BYTES)
+            {
+                break;
+            }
+            let next = connection.outbox.pop_front().expect("front");
+            parts_used += parts_needed;
+            batch_bytes += next.len_bytes();
+            match batch.last_mut() {
+                // Headers without data join the previous header: one part, not one each.
+                Some(last) if merges => last.head.extend_from_slice(&next.head),
+                _ => batch.push(next),
             }
         }
-        let mut parts = SendParts::new();
-        parts.push(outgoing.head.as_ptr(), outgoing.head.len() as u32);
-        if let Some((group, buffer, len)) = outgoing.data {
-            let engine = &self.groups.get(&group).expect("group of a reply").engine;
-            let slice = engine.pool().full(buffer);
-            assert_eq!(slice.len_bytes, len);
-            parts.push(engine.pool().as_mut_ptr(slice), len);
+        if batch.is_empty() {
+            return;
         }
-        if !outgoing.tail.is_empty() {
-            parts.push(outgoing.tail.as_ptr(), outgoing.tail.len() as u32);
+        let mut parts = SendParts::new();
+        for outgoing in batch.iter() {
+            parts.push(outgoing.head.as_ptr(), outgoing.head.len() as u32);
+            if let Some((group, buffer, len)) = outgoing.data {
+                let engine = &self.groups.get(&group).expect("group of a reply").engine;
+                let slice = engine.pool().full(buffer);
+                assert_eq!(slice.len_bytes, len);
+                parts.push(engine.pool().as_mut_ptr(slice), len);
+            }
+            if !outgoing.tail.is_empty() {
+                parts.push(outgoing.tail.as_ptr(), outgoing.tail.len() as u32);
+            }
         }
         let fd = connection.socket.as_raw_fd();
-        connection.sending = Some(outgoing);
         let token = self.tokens.insert(Token::Send { connection: key });
-        // SAFETY: the head and tail vectors move into `sending` without reallocating and the
-        // arena buffer stays allocated until `send_done` frees it; nothing writes to either.
+        // SAFETY: the head and tail vectors stay in `sending`, which is neither reordered nor
+        // pushed to until `send_done`, so they do not move; the arena buffers stay allocated
+        // until `send_done` frees them; nothing writes to either meanwhile.
         unsafe { self.driver.submit(token, Operation::Send { fd, parts }) };
     }
 
@@ -1321,7 +1356,7 @@ impl DataPlane {
         let connection = self.connections.get_mut(key).expect("live connection");
         let mut parts = SendParts::new();
         parts.push(outgoing.head.as_ptr(), outgoing.head.len() as u32);
-        connection.sending = Some(outgoing);
+        connection.sending.push(outgoing);
         let token = self.tokens.insert(Token::Send { connection: key });
         // SAFETY: the head vector moves into `sending` without reallocating and nothing writes
         // to it until `send_done`.
