@@ -295,6 +295,13 @@ impl Harness {
         self.drain();
     }
 
+    /// Lets `us` pass without a tick, as an event loop busy with other work does, and tells
+    /// the engine the time before the next event.
+    pub fn pass_time_untold(&mut self, us: u64) {
+        self.now_us += us;
+        self.engine.advance_clock(self.now_us);
+    }
+
     pub fn now_us(&self) -> u64 {
         self.now_us
     }

@@ -393,6 +393,10 @@ impl DataPlane {
             if let Err(error) = self.driver.wait(&mut completions, timeout) {
                 log!("event loop wait failed: {error}");
             }
+            let now = self.now_us();
+            for group in self.groups.values_mut() {
+                group.engine.advance_clock(now);
+            }
             for completion in &completions {
                 self.dispatch(*completion);
             }

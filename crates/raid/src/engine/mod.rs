@@ -430,6 +430,14 @@ impl Engine {
         self.pump();
     }
 
+    /// Advances the engine's clock without running timers: the caller says what time it is
+    /// before handing in events, so that windows opened by those events (coalescing) start
+    /// now and not at the last `tick`, which may be a long event-loop turn ago.
+    pub fn advance_clock(&mut self, now_us: u64) {
+        assert!(now_us >= self.now_us, "time goes forward");
+        self.now_us = now_us;
+    }
+
     /// The earliest time at which `tick` has work to do, if any timer is armed.
     pub fn next_deadline_us(&self) -> Option<u64> {
         let gathering = self.gathering_deadline();
