@@ -45,6 +45,7 @@ pub use remote::{GONE_ERRNO, RemoteMember};
 pub use select::{AnyDriver, DriverChoice, DriverKind, OpenedDriver, open_driver};
 pub use sync_member::SyncMember;
 pub use uring::{
-    DEFAULT_COMPLETION_ENTRIES, DEFAULT_RING_ENTRIES, Unavailable, UringConfig, UringDriver,
+    DEFAULT_COMPLETION_ENTRIES, DEFAULT_RING_ENTRIES, INLINE_BYTES_MAX, Unavailable, UringConfig,
+    UringDriver,
 };
 pub use wake::EventFd;
