@@ -302,6 +302,19 @@ impl Harness {
         self.engine.advance_clock(self.now_us);
     }
 
+    /// Submits a request without waiting for it; returns its id.
+    pub fn submit(&mut self, op: HostOp) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.engine.submit(HostRequest { id, op });
+        id
+    }
+
+    /// Whether request `id` was answered (its reply is kept for `write`/`read` to take).
+    pub fn answered(&self, id: u64) -> bool {
+        self.replies.iter().any(|(reply, _)| *reply == id)
+    }
+
     pub fn now_us(&self) -> u64 {
         self.now_us
     }
@@ -330,9 +343,7 @@ impl Harness {
     }
 
     fn request(&mut self, op: HostOp) -> HostReply {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.engine.submit(HostRequest { id, op });
+        let id = self.submit(op);
         for _ in 0..1_000_000 {
             self.drain();
             if let Some(at) = self.replies.iter().position(|(reply, _)| *reply == id) {

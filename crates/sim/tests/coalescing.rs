@@ -2,6 +2,7 @@
 //! also when the event loop was busy for a long time before they arrived: the coalescing
 //! window starts when the first write arrives, not at the engine's last tick.
 
+use tessera_raid::engine::HostOp;
 use tessera_raid::geometry::Level;
 use tessera_sim::harness::Harness;
 
@@ -16,11 +17,16 @@ fn halves_arriving_after_a_busy_loop_turn_still_coalesce() {
     for (level, members) in [(Level::Raid5, 5), (Level::Raid6, 6)] {
         let mut harness = Harness::for_test(level, members, 16 << 10);
         let stripe = harness.engine.geometry().stripe_data_bytes() as usize;
-        let data = pattern(3 * stripe);
+        let data = pattern(2 * stripe);
         harness.write(0, &data[..stripe]).unwrap();
         harness.settle();
         let before = harness.engine.status().counters.coalesced_writes;
 
+        // A client with more than one request in flight: a read elsewhere, not yet answered.
+        harness.submit(HostOp::Read {
+            offset_bytes: 2 * stripe as u64,
+            len_bytes: 4096,
+        });
         // Ten milliseconds without a tick (a long loop turn), then the first half arrives,
         // a tick 50 us later (the end of that turn), and the second half in the next turn.
         harness.pass_time_untold(10_000);
@@ -39,6 +45,31 @@ fn halves_arriving_after_a_busy_loop_turn_still_coalesce() {
         );
         assert!(
             harness.read(0, 2 * stripe as u64).unwrap() == data[..2 * stripe],
+            "{level:?}: the data reads back"
+        );
+    }
+}
+
+#[test]
+fn a_lone_sequential_partial_write_does_not_wait_for_a_partner() {
+    for (level, members) in [(Level::Raid5, 5), (Level::Raid6, 6)] {
+        let mut harness = Harness::for_test(level, members, 16 << 10);
+        let stripe = harness.engine.geometry().stripe_data_bytes() as usize;
+        let data = pattern(2 * stripe);
+        harness.write(0, &data[..stripe / 2]).unwrap();
+        harness.settle();
+        // Queue depth 1: the next half is sent only after this one is answered. Without a
+        // tick, the write must still complete (member I/O only, no coalescing timer).
+        let id = harness.submit_write((stripe / 2) as u64, &data[stripe / 2..stripe]);
+        let started = harness.now_us();
+        harness.drain();
+        assert!(
+            harness.answered(id),
+            "{level:?}: answered without waiting for a timer"
+        );
+        assert_eq!(harness.now_us(), started, "{level:?}");
+        assert!(
+            harness.read(0, stripe as u64).unwrap() == data[..stripe],
             "{level:?}: the data reads back"
         );
     }

@@ -80,7 +80,11 @@ impl Engine {
                 self.counters.host_writes += 1;
                 self.counters.host_write_bytes += len_bytes;
                 let key = self.new_request(request.id, None, Some(buffer), true, fua);
-                let sequential = offset_bytes == self.last_write_end_bytes;
+                // A write alone in the engine comes from a client that waits for each answer
+                // (queue depth 1): its next write cannot arrive while this one waits for it,
+                // so holding it back to coalesce would only add the window to its latency.
+                let sequential =
+                    offset_bytes == self.last_write_end_bytes && self.requests.len() > 1;
                 self.last_write_end_bytes = offset_bytes + len_bytes;
                 self.split_write(key, offset_bytes, self.pool.full(buffer), sequential);
                 self.finish_part(key, Ok(()));
