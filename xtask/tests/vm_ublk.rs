@@ -12,62 +12,24 @@
 //! Skips, saying why, when QEMU or the Debian packages are unavailable (`cargo xtask vm` exits
 //! with 77); with `TESSERA_VM_REQUIRED=1` that is a failure instead.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-const EXIT_UNAVAILABLE: i32 = 77;
-
-fn tessera_binary(workspace: &Path) -> PathBuf {
-    if let Some(path) = std::env::var_os("TESSERA_VM_BINARY") {
-        return PathBuf::from(path);
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--quiet", "--locked", "--profile", "test"])
-        .args(["-p", "tessera-cli", "--bin", "tessera"])
-        .current_dir(workspace)
-        .status()
-        .expect("cannot run cargo");
-    assert!(status.success(), "cargo build -p tessera-cli: {status}");
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| workspace.join("target"), PathBuf::from)
-        .join("debug")
-        .join("tessera")
-}
+mod vm_common;
 
 #[test]
 fn virtual_drive_as_a_ublk_block_device_in_the_vm() {
-    let xtask = env!("CARGO_BIN_EXE_xtask");
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let tessera = tessera_binary(workspace);
-    let output = Command::new(xtask)
-        .args(["vm", "run", "--disks", "5x256M", "--timeout", "400"])
-        .arg("--include-binary")
-        .arg(&tessera)
-        .arg("scripts/vm/tests/ublk.sh")
-        .current_dir(workspace)
-        .output()
-        .expect("cannot run xtask");
-    let console = String::from_utf8_lossy(&output.stdout).replace("\r\n", "\n");
-    let log = String::from_utf8_lossy(&output.stderr);
-
-    if output.status.code() == Some(EXIT_UNAVAILABLE) {
-        let required = std::env::var("TESSERA_VM_REQUIRED").is_ok_and(|value| value == "1");
-        assert!(!required, "the test VM is unavailable:\n{log}");
-        eprintln!("skipping the VM ublk test, the test VM is unavailable:\n{log}");
+    let binary = vm_common::tessera_binary();
+    let Some(run) = vm_common::run(
+        "ublk",
+        "5x256M",
+        400,
+        &binary,
+        "scripts/vm/tests/ublk.sh",
+        &[],
+    ) else {
         return;
-    }
-    let context = format!(
-        "status {}\n--- console\n{console}\n--- log\n{log}",
-        output.status
-    );
-    assert!(output.status.success(), "{context}");
-
-    // fio's progress lines share lines with what follows them: look for the steps anywhere.
-    let lines: Vec<&str> = console.lines().map(str::trim_end).collect();
-    let has = |expected: &str| lines.iter().any(|line| line.ends_with(expected));
+    };
+    let context = &run.context;
     assert!(
-        !lines.iter().any(|line| line.contains("FAILED: ")),
+        !run.lines.iter().any(|line| line.contains("FAILED: ")),
         "{context}"
     );
     for expected in [
@@ -96,7 +58,7 @@ fn virtual_drive_as_a_ublk_block_device_in_the_vm() {
         "crash: the abandoned device deleted by the next export",
         "UBLK-OK",
     ] {
-        assert!(has(expected), "missing {expected:?}\n{context}");
+        assert!(run.has_ending(expected), "missing {expected:?}\n{context}");
     }
     // Every file set verified, with the files written before and during the failure.
     for what in [
@@ -106,14 +68,7 @@ fn virtual_drive_as_a_ublk_block_device_in_the_vm() {
         "xfs remounted",
     ] {
         let expected = format!("files verify: {what} (32 files)");
-        assert!(has(&expected), "missing {expected:?}\n{context}");
+        assert!(run.has_ending(&expected), "missing {expected:?}\n{context}");
     }
-    assert_eq!(
-        lines
-            .iter()
-            .filter(|line| line.starts_with("VM-RESULT: "))
-            .count(),
-        1
-    );
-    assert!(has("VM-RESULT: 0"), "{context}");
+    run.assert_one_success();
 }

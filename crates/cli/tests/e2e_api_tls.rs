@@ -105,44 +105,23 @@ fn management_api_over_tcp_needs_tls_and_the_token() {
 
     // The daemon refuses to offer the API over TCP without TLS, without a token, or with a
     // token file others can read.
-    let said = serve_refused(
-        keys.path(),
-        &[
-            "--api-listen",
-            "127.0.0.1:0",
-            "--api-token-file",
-            &token_arg,
-        ],
-    );
-    assert!(said.contains("tls_cert"), "{said}");
-    let said = serve_refused(
-        keys.path(),
-        &[
-            "--api-listen",
-            "127.0.0.1:0",
-            "--tls-cert",
-            &cert,
-            "--tls-key",
-            &key,
-        ],
-    );
-    assert!(said.contains("api_token_file"), "{said}");
     let readable = keys.path().join("readable-token");
     write_token(&readable, "correct-horse-battery-staple-42", 0o644);
-    let said = serve_refused(
-        keys.path(),
-        &[
-            "--api-listen",
-            "127.0.0.1:0",
-            "--tls-cert",
-            &cert,
-            "--tls-key",
-            &key,
-            "--api-token-file",
-            &readable.display().to_string(),
-        ],
-    );
-    assert!(said.contains("chmod 600"), "{said}");
+    let readable_arg = readable.display().to_string();
+    let tls: [&str; 4] = ["--tls-cert", &cert, "--tls-key", &key];
+    let refusals: [(Vec<&str>, &str); 3] = [
+        (vec!["--api-token-file", &token_arg], "tls_cert"),
+        (tls.to_vec(), "api_token_file"),
+        (
+            [&tls[..], &["--api-token-file", &readable_arg]].concat(),
+            "chmod 600",
+        ),
+    ];
+    for (extra, expected) in refusals {
+        let args = [&["--api-listen", "127.0.0.1:0"][..], &extra].concat();
+        let said = serve_refused(keys.path(), &args);
+        assert!(said.contains(expected), "{args:?}: {said}");
+    }
 
     let daemon = Daemon::start_with(&[
         "--api-listen",

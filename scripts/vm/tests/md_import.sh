@@ -1,8 +1,8 @@
 #!/bin/sh
 # Adopting a Linux md array in place (`tessera dg import-md`), run by xtask/tests/vm_md_import.rs
 # with five virtio disks and the tessera binary included:
-#   cargo xtask vm run --disks 5x128M --include-binary target/debug/tessera \
-#       scripts/vm/tests/md_import.sh
+#   cargo xtask vm run --disks 5x128M --include-file scripts/vm/tests/lib.sh \
+#       --include-binary target/debug/tessera scripts/vm/tests/md_import.sh
 # md RAID5 over /dev/vda../dev/vdd (metadata 1.2, 64 KiB chunks, no bitmap), ext4 with files
 # and their SHA-256 recorded, md stopped; `tessera serve` adopts the array, the kernel NBD
 # client attaches the virtual drive, the files verify; then a member fails, the hot spare
@@ -14,30 +14,10 @@
 # Each step prints one line the Rust test looks for; any failed check exits non-zero.
 set -eu
 
-work=/tmp/tessera
-mkdir -p "$work"
-export TESSERA_API_SOCKET=$work/api.sock
-nbd_socket=$work/nbd.sock
-started=$(date +%s)
+. /tessera/lib.sh
 
-fail() {
-    echo "FAILED: $*"
-    echo "--- daemon log (last 40 lines)"
-    tail -n 40 "$work/daemon.log" 2>/dev/null || true
-    exit 1
-}
-step() {
-    echo "step: $* (at $(($(date +%s) - started)) s)"
-}
-group_state() {
-    tessera dg describe 0 --json | sed -n 's/^  "state": "\(.*\)",$/\1/p'
-}
-drop_caches() {
-    sync
-    echo 3 >/proc/sys/vm/drop_caches
-}
 # Writes 24 random files (64 KiB to 1 MiB) and small ones under /mnt/data; records sums.
-write_files() {
+write_md_files() {
     mkdir -p /mnt/data/tree/a/b
     i=0
     while [ "$i" -lt 24 ]; do
@@ -48,25 +28,13 @@ write_files() {
     done
     (cd /mnt/data && find . -type f | sort | xargs sha256sum) >/tmp/sums
 }
-start_daemon() {
-    tessera serve --config /dev/null --state-dir "$work/$1" --nbd-socket "$nbd_socket" \
-        --parity-engine cpu >"$work/daemon.log" 2>&1 &
-    daemon=$!
-    i=0
-    until tessera info >/dev/null 2>&1; do
-        i=$((i + 1))
-        [ "$i" -lt 600 ] || fail "the daemon did not answer within 60 s"
-        kill -0 "$daemon" 2>/dev/null || fail "the daemon exited"
-        sleep 0.1
-    done
-}
 stop_daemon() {
     kill -TERM "$daemon"
     daemon_status=0
     wait "$daemon" || daemon_status=$?
     [ "$daemon_status" -eq 0 ] || fail "the daemon exited with $daemon_status"
 }
-verify_files() {
+verify_md_files() {
     drop_caches
     (cd /mnt/data && sha256sum -c -s /tmp/sums) || fail "files differ ($1)"
     echo "files verify: $1 ($(wc -l </tmp/sums) files)"
@@ -83,7 +51,7 @@ echo "md: RAID5 over vda-vdd, $md_bytes bytes, data at sector $data_offset"
 mkfs.ext4 -q -b 4096 /dev/md0
 mkdir -p /mnt/data
 mount -t ext4 /dev/md0 /mnt/data
-write_files
+write_md_files
 umount /mnt/data
 mdadm --stop /dev/md0 >/dev/null 2>&1 || fail "mdadm --stop"
 echo "md: ext4 with $(wc -l </tmp/sums) files, stopped"
@@ -111,13 +79,13 @@ step "imported"
 nbd-client -unix "$nbd_socket" -N mdtest -b 4096 /dev/nbd0 >"$work/nbd-client.log" 2>&1 ||
     { cat "$work/nbd-client.log"; fail "nbd-client could not attach"; }
 mount -t ext4 /dev/nbd0 /mnt/data
-verify_files "adopted"
+verify_md_files "adopted"
 
 # --- a member fails; the hot spare is rebuilt
 tessera pd add --spare /dev/vde >/dev/null
 tessera pd fail 2 >/dev/null
 echo "rebuild: member 2 failed, spare vde taking over"
-verify_files "degraded"
+verify_md_files "degraded"
 tessera dg describe 0 --wait --poll-ms 200 >/dev/null || fail "dg describe --wait"
 [ "$(group_state)" = optimal ] || fail "drive group 0 is '$(group_state)' after the rebuild"
 tessera dg describe 0 --json >"$work/dg.json"
@@ -128,7 +96,7 @@ umount /mnt/data
 e2fsck -fn /dev/nbd0 >"$work/e2fsck.out" 2>&1 || { cat "$work/e2fsck.out"; fail "e2fsck"; }
 echo "e2fsck: clean"
 mount -t ext4 /dev/nbd0 /mnt/data
-verify_files "rebuilt"
+verify_md_files "rebuilt"
 umount /mnt/data
 nbd-client -d /dev/nbd0 >/dev/null 2>&1 || fail "nbd-client -d"
 
@@ -149,7 +117,7 @@ grep -q resync /proc/mdstat && fail "md is still resyncing"
 md_bytes=$(blockdev --getsize64 /dev/md1)
 mkfs.ext4 -q -b 4096 /dev/md1
 mount -t ext4 /dev/md1 /mnt/data
-write_files
+write_md_files
 umount /mnt/data
 mdadm --stop /dev/md1 >/dev/null 2>&1 || fail "mdadm --stop md1"
 echo "md6: RAID6 over vda-vde, $md_bytes bytes, resynced, ext4 with $(wc -l </tmp/sums) files, stopped"
@@ -164,7 +132,7 @@ echo "import6: virtual drive mdsix of $vd_bytes bytes, degraded (vdc left out)"
 nbd-client -unix "$nbd_socket" -N mdsix -b 4096 /dev/nbd0 >"$work/nbd-client.log" 2>&1 ||
     { cat "$work/nbd-client.log"; fail "nbd-client could not attach mdsix"; }
 mount -t ext4 /dev/nbd0 /mnt/data
-verify_files "raid6 degraded"
+verify_md_files "raid6 degraded"
 tessera pd add --spare /dev/vdc >/dev/null
 tessera dg describe 0 --wait --poll-ms 200 >/dev/null || fail "dg describe --wait"
 [ "$(group_state)" = optimal ] || fail "drive group 0 is '$(group_state)' after the rebuild"
@@ -173,7 +141,7 @@ umount /mnt/data
 e2fsck -fn /dev/nbd0 >"$work/e2fsck.out" 2>&1 || { cat "$work/e2fsck.out"; fail "e2fsck"; }
 echo "e2fsck6: clean"
 mount -t ext4 /dev/nbd0 /mnt/data
-verify_files "raid6 rebuilt"
+verify_md_files "raid6 rebuilt"
 umount /mnt/data
 nbd-client -d /dev/nbd0 >/dev/null 2>&1 || fail "nbd-client -d"
 stop_daemon
@@ -197,7 +165,7 @@ tessera dg import-md /dev/vdb /dev/vda >"$work/import.out" 2>&1 ||
 nbd-client -unix "$nbd_socket" -N mirror -b 4096 /dev/nbd0 >"$work/nbd-client.log" 2>&1 ||
     { cat "$work/nbd-client.log"; fail "nbd-client could not attach mirror"; }
 mount -t ext4 /dev/nbd0 /mnt/data
-write_files
+write_md_files
 echo "written under md" >/tmp/md-note
 cmp -s /mnt/data/md-note /tmp/md-note || fail "the file written under md differs"
 umount /mnt/data
@@ -214,7 +182,7 @@ mdadm --assemble /dev/md2 /dev/vda /dev/vdb >"$work/assemble.out" 2>&1 ||
 grep -q "md2 : active raid1 vd.\[.\] vd.\[.\]" /proc/mdstat || { cat /proc/mdstat; fail "md2 not whole"; }
 e2fsck -fn /dev/md2 >"$work/e2fsck.out" 2>&1 || { cat "$work/e2fsck.out"; fail "e2fsck md2"; }
 mount -t ext4 /dev/md2 /mnt/data
-verify_files "back under md"
+verify_md_files "back under md"
 cmp -s /mnt/data/md-note /tmp/md-note || fail "the file written under md differs after going back"
 umount /mnt/data
 mdadm --stop /dev/md2 >/dev/null 2>&1 || fail "mdadm --stop md2"

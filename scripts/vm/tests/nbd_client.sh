@@ -1,8 +1,8 @@
 #!/bin/sh
 # Tessera under the kernel's own NBD client, run by xtask/tests/vm_nbd_client.rs with five
 # virtio disks and the tessera binary included:
-#   cargo xtask vm run --disks 5x256M --include-binary target/debug/tessera \
-#       scripts/vm/tests/nbd_client.sh
+#   cargo xtask vm run --disks 5x256M --include-file scripts/vm/tests/lib.sh \
+#       --include-binary target/debug/tessera scripts/vm/tests/nbd_client.sh
 # `tessera serve` runs in the guest over /dev/vda../dev/vdd (RAID5, 64 KiB chunks) with
 # /dev/vde as a hot spare; its virtual drive is attached to /dev/nbd0 by nbd-client. Then:
 #   ext4: files written and checksummed, a member fails while mounted (the spare takes over and
@@ -13,46 +13,9 @@
 # Each step prints one line the Rust test looks for; any failed check exits non-zero.
 set -eu
 
-work=/tmp/tessera
-mkdir -p "$work"
-export TESSERA_API_SOCKET=$work/api.sock
-nbd_socket=$work/nbd.sock
-started=$(date +%s)
+. /tessera/lib.sh
 
-fail() {
-    echo "FAILED: $*"
-    echo "--- daemon log (last 40 lines)"
-    tail -n 40 "$work/daemon.log" 2>/dev/null || true
-    exit 1
-}
-step() {
-    echo "step: $* (at $(($(date +%s) - started)) s)"
-}
 
-# `tessera dg describe 0 --json` prints `  "state": "optimal",` for the group (two spaces).
-group_state() {
-    tessera dg describe 0 --json | sed -n 's/^  "state": "\(.*\)",$/\1/p'
-}
-expect_group_state() {
-    state=$(group_state)
-    case " $* " in
-    *" $state "*) ;;
-    *) fail "drive group 0 is '$state', expected one of: $*" ;;
-    esac
-}
-# Follows a rebuild to its end, then checks that the group is optimal again.
-wait_for_rebuild() {
-    tessera dg describe 0 --wait --poll-ms 200 >/dev/null || fail "dg describe --wait"
-    expect_group_state optimal
-}
-drop_caches() {
-    sync
-    echo 3 >/proc/sys/vm/drop_caches
-}
-# Field N of /sys/block/DEV/stat (8: ... 12 discards, 16 flushes).
-block_stat() {
-    awk -v field="$2" '{ print $field }' "/sys/block/$1/stat"
-}
 member_flushes() {
     total=0
     for disk in vda vdb vdc vdd vde; do
@@ -61,52 +24,13 @@ member_flushes() {
     echo "$total"
 }
 
-# Writes COUNT random files of 64 KiB to 1 MiB (and a small tree) under DIR/NAME, appending
-# their checksums to SUMS (paths relative to the mount point).
-write_files() {
-    mount_point=$1
-    name=$2
-    count=$3
-    sums=$4
-    mkdir -p "$mount_point/$name/tree/a/b"
-    i=0
-    while [ "$i" -lt "$count" ]; do
-        blocks=$((1 + ($(od -An -N2 -tu2 /dev/urandom) % 16)))
-        dd if=/dev/urandom of="$mount_point/$name/file$i" bs=64k count="$blocks" 2>/dev/null
-        echo "small file $name $i" >"$mount_point/$name/tree/a/b/note$i"
-        i=$((i + 1))
-    done
-    (cd "$mount_point" && find "$name" -type f | sort | xargs sha256sum) >>"$sums"
-}
-verify_files() {
-    mount_point=$1
-    sums=$2
-    what=$3
-    drop_caches
-    (cd "$mount_point" && sha256sum -c -s "$sums") || fail "files differ ($what)"
-    echo "files verify: $what ($(wc -l <"$sums") files)"
-}
 
 # --- the daemon and the virtual drive
 modprobe nbd
 test -b /dev/nbd0 || fail "no /dev/nbd0 after modprobe nbd"
-tessera serve --config /dev/null --state-dir "$work/state" --nbd-socket "$nbd_socket" \
-    --parity-engine cpu >"$work/daemon.log" 2>&1 &
-daemon=$!
-i=0
-until tessera info >/dev/null 2>&1; do
-    i=$((i + 1))
-    [ "$i" -lt 600 ] || fail "the daemon did not answer within 60 s"
-    kill -0 "$daemon" 2>/dev/null || fail "the daemon exited"
-    sleep 0.1
-done
+start_daemon
 step "daemon up"
-tessera pd add /dev/vda /dev/vdb /dev/vdc /dev/vdd >/dev/null
-tessera pd add --spare /dev/vde >/dev/null
-tessera dg create --level 5 --chunk 64K 0 1 2 3 >/dev/null
-tessera vd create 0 --size 384M --name nbdtest >/dev/null
-expect_group_state optimal
-echo "group: RAID5 over vda-vdd, spare vde, optimal"
+raid5_with_spare nbdtest
 
 nbd-client -unix "$nbd_socket" -N nbdtest -b 4096 /dev/nbd0 >"$work/nbd-client.log" 2>&1 ||
     { cat "$work/nbd-client.log"; fail "nbd-client could not attach"; }

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Tessera's ublk front end in the test VM, run by xtask/tests/vm_ublk.rs with five virtio disks
 # and the tessera binary included:
-#   cargo xtask vm run --disks 5x256M --include-binary target/debug/tessera \
-#       scripts/vm/tests/ublk.sh
+#   cargo xtask vm run --disks 5x256M --include-file scripts/vm/tests/lib.sh \
+#       --include-binary target/debug/tessera scripts/vm/tests/ublk.sh
 # `tessera serve` runs in the guest over /dev/vda../dev/vdd (RAID5, 64 KiB chunks) with
 # /dev/vde as a hot spare; `tessera vd export --ublk` makes its virtual drive /dev/ublkb0.
 #   device: size, queues, write cache and FUA as the kernel sees them; refusals (no such drive,
@@ -21,57 +21,10 @@
 # Each step prints one line the Rust test looks for; any failed check exits non-zero.
 set -eu
 
-work=/tmp/tessera
-mkdir -p "$work"
-export TESSERA_API_SOCKET=$work/api.sock
-started=$(date +%s)
+. /tessera/lib.sh
 vd=ublktest
 size=$((384 << 20))
 
-fail() {
-    echo "FAILED: $*"
-    echo "--- daemon log (last 40 lines)"
-    tail -n 40 "$work/daemon.log" 2>/dev/null || true
-    exit 1
-}
-step() {
-    echo "step: $* (at $(($(date +%s) - started)) s)"
-}
-start_daemon() {
-    tessera serve --config /dev/null --state-dir "$work/state" --nbd-socket "$work/nbd.sock" \
-        --parity-engine cpu >>"$work/daemon.log" 2>&1 &
-    daemon=$!
-    i=0
-    until tessera info >/dev/null 2>&1; do
-        i=$((i + 1))
-        [ "$i" -lt 600 ] || fail "the daemon did not answer within 60 s"
-        kill -0 "$daemon" 2>/dev/null || fail "the daemon exited"
-        sleep 0.1
-    done
-}
-# Field of `tessera dg describe 0 --json` at the group's level (two spaces in).
-group_state() {
-    tessera dg describe 0 --json | sed -n 's/^  "state": "\(.*\)",$/\1/p'
-}
-expect_group_state() {
-    state=$(group_state)
-    case " $* " in
-    *" $state "*) ;;
-    *) fail "drive group 0 is '$state', expected one of: $*" ;;
-    esac
-}
-wait_for_rebuild() {
-    tessera dg describe 0 --wait --poll-ms 200 >/dev/null || fail "dg describe --wait"
-    expect_group_state optimal
-}
-drop_caches() {
-    sync
-    echo 3 >/proc/sys/vm/drop_caches
-}
-# Field N of /sys/block/DEV/stat (12: discards completed, 16: flushes completed).
-block_stat() {
-    awk -v field="$2" '{ print $field }' "/sys/block/$1/stat"
-}
 # Exports the drive and checks that the printed device is a block device.
 export_drive() {
     device=$(tessera vd export "$vd" --ublk "$@") || fail "vd export --ublk $*"
@@ -85,30 +38,6 @@ wait_gone() {
         [ "$i" -lt 100 ] || fail "$1 still exists"
         sleep 0.1
     done
-}
-# COUNT random files of 64 KiB to 512 KiB under MOUNT/NAME, their checksums appended to SUMS.
-write_files() {
-    mount_point=$1
-    name=$2
-    count=$3
-    sums=$4
-    mkdir -p "$mount_point/$name/tree"
-    i=0
-    while [ "$i" -lt "$count" ]; do
-        blocks=$((1 + ($(od -An -N2 -tu2 /dev/urandom) % 8)))
-        dd if=/dev/urandom of="$mount_point/$name/file$i" bs=64k count="$blocks" 2>/dev/null
-        echo "small file $name $i" >"$mount_point/$name/tree/note$i"
-        i=$((i + 1))
-    done
-    (cd "$mount_point" && find "$name" -type f | sort | xargs sha256sum) >>"$sums"
-}
-verify_files() {
-    mount_point=$1
-    sums=$2
-    what=$3
-    drop_caches
-    (cd "$mount_point" && sha256sum -c -s "$sums") || fail "files differ ($what)"
-    echo "files verify: $what ($(wc -l <"$sums") files)"
 }
 # The block layer logs "... error, dev ublkb0, ..." for every request answered with an error.
 no_request_errors() {
@@ -129,12 +58,7 @@ fio_verify() {
 modprobe ublk_drv
 test -c /dev/ublk-control || fail "no /dev/ublk-control after modprobe ublk_drv"
 start_daemon
-tessera pd add /dev/vda /dev/vdb /dev/vdc /dev/vdd >/dev/null
-tessera pd add --spare /dev/vde >/dev/null
-tessera dg create --level 5 --chunk 64K 0 1 2 3 >/dev/null
-tessera vd create 0 --size 384M --name "$vd" >/dev/null
-expect_group_state optimal
-echo "group: RAID5 over vda-vdd, spare vde, optimal"
+raid5_with_spare "$vd"
 step "daemon up"
 
 # --- the device
@@ -191,12 +115,12 @@ mkdir -p /mnt/ublk
 mkfs.ext4 -q /dev/ublkb0
 mount -t ext4 /dev/ublkb0 /mnt/ublk
 : >/tmp/sums.ext4
-write_files /mnt/ublk before 10 /tmp/sums.ext4
+write_files /mnt/ublk before 10 /tmp/sums.ext4 8
 sync
 tessera pd fail 2 >/dev/null
 expect_group_state degraded rebuilding optimal
 echo "ext4: member 2 failed while mounted"
-write_files /mnt/ublk during 6 /tmp/sums.ext4
+write_files /mnt/ublk during 6 /tmp/sums.ext4 8
 verify_files /mnt/ublk /tmp/sums.ext4 "ext4 after the failure"
 wait_for_rebuild
 tessera dg describe 0 --json | grep '"pd": 4,' >/dev/null || fail "the spare (pd 4) is not a member"
@@ -213,12 +137,12 @@ step "ext4 done"
 mkfs.xfs -q -f /dev/ublkb0
 mount -t xfs /dev/ublkb0 /mnt/ublk
 : >/tmp/sums.xfs
-write_files /mnt/ublk before 10 /tmp/sums.xfs
+write_files /mnt/ublk before 10 /tmp/sums.xfs 8
 sync
 tessera pd fail 1 >/dev/null
 expect_group_state degraded
 echo "xfs: member 1 failed while mounted"
-write_files /mnt/ublk during 6 /tmp/sums.xfs
+write_files /mnt/ublk during 6 /tmp/sums.xfs 8
 verify_files /mnt/ublk /tmp/sums.xfs "xfs degraded"
 tessera pd online 1 >/dev/null
 wait_for_rebuild
@@ -251,7 +175,7 @@ cmp -n $((4 << 20)) /dev/zero "$work/thin-discarded" || fail "discarded thin blo
 mkfs.ext4 -q /dev/ublkb1
 mount -t ext4 /dev/ublkb1 /mnt/ublk
 : >/tmp/sums.thin
-write_files /mnt/ublk thin 8 /tmp/sums.thin
+write_files /mnt/ublk thin 8 /tmp/sums.thin 8
 umount /mnt/ublk
 e2fsck -fn /dev/ublkb1 >"$work/e2fsck-thin.out" 2>&1 || { cat "$work/e2fsck-thin.out"; fail "e2fsck thin"; }
 mount -t ext4 /dev/ublkb1 /mnt/ublk
