@@ -3,7 +3,8 @@
 //! `tessera dg import-md`, attached with the kernel's NBD client, files verified, a member
 //! failed and rebuilt onto a spare, e2fsck clean; then an md RAID6 adopted with one member left
 //! out and that member rebuilt as a spare; last an md RAID1 adopted, written to under Tessera
-//! and handed back to md, which assembles it with every file intact. About a minute under
+//! and handed back to md, which assembles it with every file intact; then md RAID0 and RAID10
+//! (near 2) adopted with their files verified and e2fsck clean. About a minute and a half under
 //! software emulation.
 //!
 //! The tessera binary comes from `cargo build --profile test -p tessera-cli` (the build
@@ -55,6 +56,8 @@ fn tessera_adopts_md_arrays_in_the_vm() {
         "import1: RAID1 adopted, files written under Tessera",
         "files verify: back under md (49 files)",
         "back1: md assembles the array again, e2fsck clean, every file verifies",
+        "files verify: raid0 adopted (48 files)",
+        "files verify: raid10 adopted (48 files)",
         "MD-IMPORT-OK",
     ] {
         assert!(run.has(expected), "missing {expected:?}\n{context}");
@@ -65,5 +68,9 @@ fn tessera_adopts_md_arrays_in_the_vm() {
             && run.has_prefix("import6: virtual drive mdsix of "),
         "{context}"
     );
+    for level in ["0", "10"] {
+        let expected = format!("import{level}: RAID{level} over vda-vdd, ");
+        assert!(run.has_prefix(&expected), "missing {expected:?}\n{context}");
+    }
     run.assert_one_success();
 }
