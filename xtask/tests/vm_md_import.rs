@@ -68,9 +68,12 @@ fn tessera_adopts_md_arrays_in_the_vm() {
             && run.has_prefix("import6: virtual drive mdsix of "),
         "{context}"
     );
-    for level in ["0", "10"] {
-        let expected = format!("import{level}: RAID{level} over vda-vdd, ");
-        assert!(run.has_prefix(&expected), "missing {expected:?}\n{context}");
+    // RAID10 with mdadm's default chunk, whose data offset leaves no room for a journal.
+    for expected in [
+        "import0: RAID0 over vda-vdd, chunk 64K, ",
+        "import10: RAID10 over vda-vdd, chunk 512K, ",
+    ] {
+        assert!(run.has_prefix(expected), "missing {expected:?}\n{context}");
     }
     run.assert_one_success();
 }

@@ -78,8 +78,9 @@ pub fn member_layout(
 
 /// Lays out a group adopted with its data in place (an md array): the data area is given
 /// (`data_offset_bytes`, `member_data_bytes` per member), and the metadata must fit before it;
-/// the journal takes what room there is, up to its default size. Returns the bytes the
-/// metadata needs before the data when it does not fit.
+/// the journal takes what room there is, up to its default size (RAID5/6 need at least
+/// `min_journal_bytes`; other levels never journal). Returns the bytes the metadata needs
+/// before the data when it does not fit.
 pub fn adopted_layout(
     level: Level,
     members: usize,
@@ -97,7 +98,10 @@ pub fn adopted_layout(
     let journal_offset_bytes = bitmap_offset_bytes + 2 * bitmap_slot_bytes;
     let needed_journal_bytes = min_journal_bytes(members, chunk_bytes).div_ceil(4096) * 4096;
     let room_bytes = data_offset_bytes.saturating_sub(journal_offset_bytes) / 4096 * 4096;
-    if room_bytes < needed_journal_bytes || !data_offset_bytes.is_multiple_of(4096) {
+    // Levels without parity never journal, so they need no room for it (mdadm's default
+    // 512 KiB chunks and 1 MiB data offset leave none on small disks).
+    let journals = geometry.parity_chunks() > 0;
+    if (journals && room_bytes < needed_journal_bytes) || !data_offset_bytes.is_multiple_of(4096) {
         return Err(AdoptedLayoutError::NoRoom {
             needed_bytes: journal_offset_bytes + needed_journal_bytes,
         });
@@ -161,5 +165,23 @@ mod tests {
                 needed_bytes: (64 << 10) + 2 * 4096 + 2 * (8 * (512 << 10) + (8 << 10)) + 4096
             })
         );
+    }
+
+    #[test]
+    fn levels_without_parity_need_no_journal_room() {
+        // mdadm's defaults on small disks: 512 KiB chunks, data at 1 MiB.
+        for (level, members) in [(Level::Raid0, 4), (Level::Raid10, 4), (Level::Raid1, 2)] {
+            let layout = adopted_layout(level, members, 512 << 10, 1 << 30, 256 << 20, 1 << 20)
+                .unwrap_or_else(|error| panic!("{level:?}: {error:?}"));
+            assert_eq!(layout.data_offset_bytes, 1 << 20, "{level:?}");
+            assert!(
+                layout.journal_offset_bytes + layout.journal_bytes <= 1 << 20,
+                "{level:?}: the journal area stays before the data"
+            );
+        }
+        assert!(matches!(
+            adopted_layout(Level::Raid5, 4, 512 << 10, 1 << 30, 256 << 20, 1 << 20),
+            Err(AdoptedLayoutError::NoRoom { .. })
+        ));
     }
 }

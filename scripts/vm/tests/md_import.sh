@@ -11,8 +11,8 @@
 # out, files verified, /dev/vdc added back as a spare and rebuilt, e2fsck clean, files verified.
 # Last, md RAID1 over /dev/vda and /dev/vdb, adopted, written to under Tessera, and handed back
 # to md (docs/md-import.md, "Going back to md"): md assembles it and every file verifies.
-# Then md RAID0 and RAID10 (near 2) over four disks, each adopted with its files verified and
-# e2fsck clean.
+# Then md RAID0 (64 KiB chunks) and RAID10 (near 2, mdadm's default chunk and data offset)
+# over four disks, each adopted with its files verified and e2fsck clean.
 # Each step prints one line the Rust test looks for; any failed check exits non-zero.
 set -eu
 
@@ -190,17 +190,20 @@ umount /mnt/data
 mdadm --stop /dev/md2 >/dev/null 2>&1 || fail "mdadm --stop md2"
 echo "back1: md assembles the array again, e2fsck clean, every file verifies"
 # --- md RAID0 and RAID10 (near 2) over vda-vdd, adopted, files verified, e2fsck clean
+# adopt_striped LEVEL NAME [MDADM OPTION...]
 adopt_striped() {
     level=$1
     name=$2
+    shift 2
     for disk in vda vdb vdc vdd vde; do
         dd if=/dev/zero of=/dev/$disk bs=1M count=4 conv=fsync 2>/dev/null
     done
     mdadm --create /dev/md3 --run --quiet --metadata=1.2 --level="$level" --raid-devices=4 \
-        --chunk=64 --name="$name" /dev/vda /dev/vdb /dev/vdc /dev/vdd ||
+        --name="$name" "$@" /dev/vda /dev/vdb /dev/vdc /dev/vdd ||
         fail "mdadm --create raid$level"
     mdadm --wait /dev/md3 || true
     md_bytes=$(blockdev --getsize64 /dev/md3)
+    chunk=$(mdadm --detail /dev/md3 | sed -n 's/^ *Chunk Size : //p')
     mkfs.ext4 -q -b 4096 /dev/md3
     mount -t ext4 /dev/md3 /mnt/data
     write_md_files
@@ -220,9 +223,10 @@ adopt_striped() {
     e2fsck -fn /dev/nbd0 >"$work/e2fsck.out" 2>&1 || { cat "$work/e2fsck.out"; fail "e2fsck raid$level"; }
     nbd-client -d /dev/nbd0 >/dev/null 2>&1 || fail "nbd-client -d"
     stop_daemon
-    echo "import$level: RAID$level over vda-vdd, $vd_bytes bytes as md had, files verify, e2fsck clean"
+    echo "import$level: RAID$level over vda-vdd, chunk $chunk, $vd_bytes bytes as md had, files verify, e2fsck clean"
 }
-adopt_striped 0 stripes
+adopt_striped 0 stripes --chunk=64
+# mdadm's default chunk (512 KiB) and data offset: no room for a journal, which RAID10 needs not.
 adopt_striped 10 neartwo
 step "raid0 and raid10 done"
 
