@@ -36,6 +36,14 @@ stop_daemon() {
     wait "$daemon" || daemon_status=$?
     [ "$daemon_status" -eq 0 ] || fail "the daemon exited with $daemon_status"
 }
+# ext4 on /dev/MD with the checksummed files, then the array stopped.
+fill_and_stop() {
+    mkfs.ext4 -q -b 4096 "/dev/$1"
+    mount -t ext4 "/dev/$1" /mnt/data
+    write_md_files
+    umount /mnt/data
+    mdadm --stop "/dev/$1" >/dev/null 2>&1 || fail "mdadm --stop $1"
+}
 verify_md_files() {
     drop_caches
     (cd /mnt/data && sha256sum -c -s /tmp/sums) || fail "files differ ($1)"
@@ -50,12 +58,8 @@ mdadm --create /dev/md0 --run --quiet --metadata=1.2 --level=5 --raid-devices=4 
 md_bytes=$(blockdev --getsize64 /dev/md0)
 data_offset=$(mdadm --examine /dev/vda | sed -n 's/^ *Data Offset : \([0-9]*\) sectors.*/\1/p')
 echo "md: RAID5 over vda-vdd, $md_bytes bytes, data at sector $data_offset"
-mkfs.ext4 -q -b 4096 /dev/md0
 mkdir -p /mnt/data
-mount -t ext4 /dev/md0 /mnt/data
-write_md_files
-umount /mnt/data
-mdadm --stop /dev/md0 >/dev/null 2>&1 || fail "mdadm --stop"
+fill_and_stop md0
 echo "md: ext4 with $(wc -l </tmp/sums) files, stopped"
 step "md array ready"
 
@@ -117,11 +121,7 @@ mdadm --create /dev/md1 --run --quiet --metadata=1.2 --level=6 --raid-devices=5 
 mdadm --wait /dev/md1 || true
 grep -q resync /proc/mdstat && fail "md is still resyncing"
 md_bytes=$(blockdev --getsize64 /dev/md1)
-mkfs.ext4 -q -b 4096 /dev/md1
-mount -t ext4 /dev/md1 /mnt/data
-write_md_files
-umount /mnt/data
-mdadm --stop /dev/md1 >/dev/null 2>&1 || fail "mdadm --stop md1"
+fill_and_stop md1
 echo "md6: RAID6 over vda-vde, $md_bytes bytes, resynced, ext4 with $(wc -l </tmp/sums) files, stopped"
 step "raid6 array ready"
 start_daemon state6
@@ -204,11 +204,7 @@ adopt_striped() {
     mdadm --wait /dev/md3 || true
     md_bytes=$(blockdev --getsize64 /dev/md3)
     chunk=$(mdadm --detail /dev/md3 | sed -n 's/^ *Chunk Size : //p')
-    mkfs.ext4 -q -b 4096 /dev/md3
-    mount -t ext4 /dev/md3 /mnt/data
-    write_md_files
-    umount /mnt/data
-    mdadm --stop /dev/md3 >/dev/null 2>&1 || fail "mdadm --stop md3 (raid$level)"
+    fill_and_stop md3
     start_daemon "state$level"
     tessera dg import-md /dev/vda /dev/vdb /dev/vdc /dev/vdd >"$work/import.out" 2>&1 ||
         { cat "$work/import.out"; fail "dg import-md (raid$level)"; }
