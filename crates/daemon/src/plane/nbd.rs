@@ -750,6 +750,33 @@ impl DataPlane {
         true
     }
 
+    /// Books an answered request and queues the reply `build` makes from the request and the
+    /// connection's negotiated options. False when nothing was queued (the connection is gone
+    /// or closing): whatever the reply would have carried is the caller's to release.
+    fn deliver(
+        &mut self,
+        pending: &HostRequest,
+        build: impl FnOnce(&Request, &Negotiated) -> Outgoing,
+    ) -> bool {
+        if !self.book_answer(pending) {
+            return false;
+        }
+        let connection = self
+            .connections
+            .get_mut(pending.connection)
+            .expect("booked");
+        let delivered = !connection.closing;
+        if delivered {
+            let Phase::Serving(serving) = &connection.phase else {
+                unreachable!("requests only while serving")
+            };
+            let outgoing = build(&pending.request, &serving.negotiated);
+            connection.outbox.push_back(outgoing);
+        }
+        self.maybe_drop_connection(pending.connection);
+        delivered
+    }
+
     /// A thin drive's store answered a request.
     pub(super) fn thin_host_reply(
         &mut self,
@@ -761,23 +788,11 @@ impl DataPlane {
             Some(Requester::Ublk(pending)) => return self.ublk_thin_reply(pending, result),
             _ => return,
         };
-        if !self.book_answer(&pending) {
-            return;
-        }
-        let connection = self
-            .connections
-            .get_mut(pending.connection)
-            .expect("booked");
-        let request = pending.request;
-        let Phase::Serving(serving) = &connection.phase else {
-            unreachable!("requests only while serving")
-        };
-        let negotiated = &serving.negotiated;
-        let outgoing = match result {
+        self.deliver(&pending, |request, negotiated| match result {
             Ok(Some(data)) => {
                 let mut head = Vec::new();
                 let mut tail = Vec::new();
-                let mut read = ReadReply::new(&request, negotiated);
+                let mut read = ReadReply::new(request, negotiated);
                 read.data(&mut head, request.offset_bytes, request.length_bytes);
                 assert_eq!(data.len(), request.length_bytes as usize);
                 head.extend_from_slice(&data);
@@ -791,7 +806,7 @@ impl DataPlane {
                 }
             }
             Ok(None) => Outgoing {
-                head: command_reply(&request, negotiated, Ok(())),
+                head: command_reply(request, negotiated, Ok(())),
                 data: None,
                 tail: Vec::new(),
             },
@@ -802,13 +817,9 @@ impl DataPlane {
                     tessera_thin::ThinError::NoSpace => Errno::NoSpc,
                     tessera_thin::ThinError::Unavailable => Errno::Shutdown,
                 };
-                error_reply(&request, negotiated, errno, &error.to_string())
+                error_reply(request, negotiated, errno, &error.to_string())
             }
-        };
-        if !connection.closing {
-            connection.outbox.push_back(outgoing);
-        }
-        self.maybe_drop_connection(pending.connection);
+        });
     }
 
     /// An engine answered a request.
@@ -829,45 +840,30 @@ impl DataPlane {
             }
             None => return,
         };
-        if !self.book_answer(&pending) {
-            if let Ok(Some(buffer)) = reply.result {
-                self.free_buffer(Some(group), buffer);
-            }
-            return;
-        }
-        let connection = self
-            .connections
-            .get_mut(pending.connection)
-            .expect("booked");
-        let request = pending.request;
-        let Phase::Serving(serving) = &connection.phase else {
-            unreachable!("requests only while serving")
+        let data = match reply.result {
+            Ok(Some(buffer)) => Some(buffer),
+            _ => None,
         };
-        let negotiated = &serving.negotiated;
-        let outgoing = match reply.result {
-            Ok(Some(buffer)) if !connection.closing => {
+        let delivered = self.deliver(&pending, |request, negotiated| match reply.result {
+            Ok(Some(buffer)) => {
                 let mut head = Vec::new();
                 let mut tail = Vec::new();
-                let mut read = ReadReply::new(&request, negotiated);
+                let mut read = ReadReply::new(request, negotiated);
                 read.data(&mut head, request.offset_bytes, request.length_bytes);
                 if read.is_structured() {
                     read.finish(&mut tail);
                 }
-                Some(Outgoing {
+                Outgoing {
                     head,
                     data: Some((group, buffer, request.length_bytes)),
                     tail,
-                })
+                }
             }
-            Ok(Some(buffer)) => {
-                self.free_buffer(Some(group), buffer);
-                None
-            }
-            Ok(None) => Some(Outgoing {
-                head: command_reply(&request, negotiated, Ok(())),
+            Ok(None) => Outgoing {
+                head: command_reply(request, negotiated, Ok(())),
                 data: None,
                 tail: Vec::new(),
-            }),
+            },
             Err(error) => {
                 let errno = match error {
                     HostError::OutOfRange => Errno::Inval,
@@ -875,23 +871,12 @@ impl DataPlane {
                     HostError::NotFast => Errno::NotSup,
                     HostError::ShuttingDown => Errno::Shutdown,
                 };
-                Some(error_reply(&request, negotiated, errno, &error.to_string()))
+                error_reply(request, negotiated, errno, &error.to_string())
             }
-        };
-        let connection = self
-            .connections
-            .get_mut(pending.connection)
-            .expect("live connection");
-        if let Some(outgoing) = outgoing {
-            if connection.closing {
-                if let Some((group, buffer, _)) = outgoing.data {
-                    self.free_buffer(Some(group), buffer);
-                }
-            } else {
-                connection.outbox.push_back(outgoing);
-            }
+        });
+        if !delivered && let Some(buffer) = data {
+            self.free_buffer(Some(group), buffer);
         }
-        self.maybe_drop_connection(pending.connection);
     }
 
     fn start_send(&mut self, key: u64) {
