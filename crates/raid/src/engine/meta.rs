@@ -109,6 +109,10 @@ pub(crate) struct MetaWriter {
     pub failure_generation: u64,
     wanted_generation: u64,
     writing: Option<SuperblockWrite>,
+    /// Members failed by the administrator whose own superblock has not yet said so. Their
+    /// device still takes writes, and a copy naming them failed keeps them from being taken
+    /// for current if they are ever assembled without the members that know better.
+    pub farewell: Vec<usize>,
 }
 
 /// A superblock update: flush the members (so whatever the new superblock vouches for, such
@@ -121,6 +125,8 @@ struct SuperblockWrite {
     stage: SuperblockStage,
     pending: u32,
     buffers: Vec<BufferId>,
+    /// Failed members written this once besides the metadata members (`MetaWriter::farewell`).
+    farewell: Vec<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -577,19 +583,40 @@ impl Engine {
         let generation = self.meta.wanted_generation;
         self.superblock.generation = generation;
         let snapshot = self.superblock();
+        let farewell = std::mem::take(&mut self.meta.farewell)
+            .into_iter()
+            .filter(|&member| {
+                self.members.list[member].state == MemberState::Failed(super::FailReason::Admin)
+            })
+            .collect();
         self.meta.writing = Some(SuperblockWrite {
             generation,
             snapshot,
             stage: SuperblockStage::PreFlush,
             pending: 0,
             buffers: Vec::new(),
+            farewell,
         });
         self.superblock_flush();
         true
     }
 
+    /// The members a superblock write goes to: the metadata members, and once, members the
+    /// administrator failed since the last write.
+    fn superblock_targets(&self) -> Vec<usize> {
+        let mut targets = self.members.metadata_members();
+        if let Some(write) = &self.meta.writing {
+            for &member in &write.farewell {
+                if !targets.contains(&member) {
+                    targets.push(member);
+                }
+            }
+        }
+        targets
+    }
+
     fn superblock_flush(&mut self) {
-        let targets = self.members.metadata_members();
+        let targets = self.superblock_targets();
         let write = self.meta.writing.as_mut().expect("superblock write");
         write.pending = u32::try_from(targets.len()).expect("member count fits u32");
         for member in &targets {
@@ -608,7 +635,7 @@ impl Engine {
             .expect("superblock write")
             .snapshot
             .clone();
-        let targets = self.members.metadata_members();
+        let targets = self.superblock_targets();
         let offset_bytes = SUPERBLOCK_OFFSETS[copy_index];
         let mut issue = Vec::new();
         for member in targets {

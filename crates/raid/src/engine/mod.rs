@@ -508,6 +508,9 @@ impl Engine {
 
     /// Takes a member out of service as if it had failed (administrative fail, tests).
     pub fn fail_member_admin(&mut self, member: usize) {
+        if !matches!(self.members.list[member].state, MemberState::Failed(_)) {
+            self.meta.farewell.push(member);
+        }
         self.fail_member(member, FailReason::Admin);
         self.pump();
     }
