@@ -50,6 +50,10 @@ fn a_journal_drive_holds_the_journal_until_it_fails() {
     // A crash: the journal drive comes back with the group and is replayed from.
     daemon.kill();
     daemon.restart();
+    // The group replays while it starts; the log says so once it has.
+    daemon.wait_for_group("0", "start-up after the crash", |group| {
+        group["state"] != "initializing"
+    });
     let group = daemon.json(&["dg", "describe", "0"]);
     assert_eq!(group["journal"]["placement"], "device", "{group:#}");
     assert!(
