@@ -22,7 +22,7 @@ pub struct Harness {
 }
 
 /// What a host request completed with: read data, or nothing for writes and flushes.
-type HostReply = Result<Option<Vec<u8>>, HostError>;
+pub type HostReply = Result<Option<Vec<u8>>, HostError>;
 
 impl Harness {
     /// A new group over `members` in-memory members of `member_bytes` each.
@@ -313,6 +313,12 @@ impl Harness {
     /// Whether request `id` was answered (its reply is kept for `write`/`read` to take).
     pub fn answered(&self, id: u64) -> bool {
         self.replies.iter().any(|(reply, _)| *reply == id)
+    }
+
+    /// Takes the reply to request `id`, if `drain` has seen it.
+    pub fn take_reply(&mut self, id: u64) -> Option<HostReply> {
+        let at = self.replies.iter().position(|(reply, _)| *reply == id)?;
+        Some(self.replies.remove(at).1)
     }
 
     pub fn now_us(&self) -> u64 {

@@ -758,7 +758,7 @@ impl World {
                     let status = self.engine.as_ref().map(|engine| engine.status());
                     return Err(format!(
                         "{what} request {}{range} failed with {error:?} in a must-survive run; \
-                         group {:?}, members {:?}, bad ranges {:?}",
+                         group {:?}, members {:?}, bad ranges {:?}, latent errors {:?}",
                         reply.id,
                         status.as_ref().map(|s| s.state),
                         status.as_ref().map(|s| s
@@ -769,6 +769,12 @@ impl World {
                         self.engine
                             .as_ref()
                             .map(|engine| engine.superblock().bad_ranges),
+                        self.devices
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, d)| !d.member.latent_errors.is_empty())
+                            .map(|(i, d)| (i, d.member.latent_errors.clone()))
+                            .collect::<Vec<_>>(),
                     ));
                 }
                 // Beyond tolerance: a failed write may or may not have landed (its entry stays

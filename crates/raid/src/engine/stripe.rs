@@ -924,9 +924,9 @@ impl Engine {
         let Kind::Recover { pieces } = &op.kind else {
             unreachable!()
         };
-        let pieces = pieces.clone();
+        let mut pieces = pieces.clone();
         let mut reads = Vec::new();
-        for piece in &pieces {
+        for piece in &mut pieces {
             let exclude = op.unreadable | piece.repair_member.map_or(0, |m| 1 << m);
             let reader = |exclude| {
                 self.data_reader(
@@ -937,15 +937,23 @@ impl Engine {
                     exclude,
                 )
             };
-            // A read around a copy that is the only one left reads that copy, as parity levels
-            // do when they cannot reconstruct: the caller checks what it gets.
-            let chosen = reader(exclude)
-                .or_else(|| (!piece.rewrite).then(|| reader(op.unreadable)).flatten());
+            // With no other copy left (another mirror failed meanwhile), the avoided copy is
+            // read again, as parity levels do when they cannot reconstruct: a write may have
+            // repaired the sector since, and a read around trusts the caller to check. A
+            // second failure (now in `op.unreadable`) makes the piece unreadable for good.
+            let chosen = match reader(exclude) {
+                Some(chosen) => Some(chosen),
+                None => {
+                    piece.rewrite = false;
+                    reader(op.unreadable)
+                }
+            };
             match chosen {
                 Some((member, offset_bytes)) => reads.push((member, offset_bytes, piece.target)),
                 None => return Planned::BeyondRedundancy,
             }
         }
+        op.kind = Kind::Recover { pieces };
         for (member, offset_bytes, buffer) in reads {
             self.op_issue(
                 id,
