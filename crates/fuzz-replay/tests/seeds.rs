@@ -15,10 +15,11 @@ use tessera_api::testing::FakeController;
 use tessera_api::{Router, serve_connection};
 use tessera_nbd::client::handshake::{ClientConfig, ClientHandshake, ClientStatus};
 use tessera_nbd::client::replies::{InFlight, ReplyDecoder};
+use tessera_nbd::fuzzing::FuzzCatalog;
 use tessera_nbd::reply::{self, Extent};
 use tessera_nbd::{
-    Command, CommandFlags, Errno, ExportCatalog, ExportFeatures, ExportInfo, HandshakeConfig,
-    HandshakeStatus, Request, ServerHandshake, encode_request,
+    Command, CommandFlags, Errno, ExportCatalog, ExportInfo, HandshakeConfig, HandshakeStatus,
+    Request, ServerHandshake, encode_request,
 };
 use tessera_raid::bitmap;
 use tessera_raid::engine::{DeviceProbe, Engine, EngineConfig};
@@ -238,29 +239,6 @@ fn md_superblock_seeds() -> Vec<Seed> {
 }
 
 // ----- NBD -----
-
-/// The catalog the `tessera_nbd::fuzzing` entry points serve (its rules, restated): any name
-/// shorter than 8 bytes exists, the empty name is `default`, `ro` is read-only and `secret`
-/// needs TLS.
-struct SeedCatalog;
-
-impl ExportCatalog for SeedCatalog {
-    fn lookup(&self, name: &str) -> Option<ExportInfo> {
-        let mut export = ExportInfo::new(if name.is_empty() { "default" } else { name }, 1 << 30);
-        export.features = ExportFeatures {
-            block_status: true,
-            cache: true,
-            ..ExportFeatures::TYPICAL
-        };
-        export.read_only = name == "ro";
-        export.tls_required = name == "secret";
-        (name.len() < 8).then_some(export)
-    }
-
-    fn list(&self) -> Vec<String> {
-        vec!["default".into(), "ro".into(), "secret".into()]
-    }
-}
 
 const OPT_EXPORT_NAME: u32 = 1;
 const OPT_ABORT: u32 = 2;
@@ -487,7 +465,7 @@ fn server_handshake_seeds() -> Vec<Seed> {
 fn server_handshake_completes(mut client: &[u8]) -> bool {
     let mut server = ServerHandshake::new(HandshakeConfig::default());
     loop {
-        match server.receive(client, &SeedCatalog) {
+        match server.receive(client, &FuzzCatalog) {
             Ok((_, HandshakeStatus::Done(_))) => return true,
             Ok((consumed, HandshakeStatus::StartTls)) => {
                 server.tls_started();
@@ -604,7 +582,7 @@ impl ExportCatalog for EmptyCatalog {
 /// `tessera_nbd::fuzzing::client_replies`: cookie 0 READ 4096 at 0, 1 WRITE, 2 BLOCK_STATUS,
 /// 3 READ 4096 at 12288.
 fn client_reply_cases() -> Vec<(&'static str, Vec<u8>, bool)> {
-    let handshake = server_side_of_handshake(&SeedCatalog);
+    let handshake = server_side_of_handshake(&FuzzCatalog);
     let data = vec![0x5a; 4096];
     let mut structured = handshake.clone();
     reply::encode_offset_data_header(&mut structured, 0, 0, 4096, true);
@@ -1211,7 +1189,7 @@ fn thin_seeds() -> Vec<Seed> {
 /// checkpoint.
 #[test]
 fn thin_seed_images_recover() {
-    use tessera_thin::{LowerOp, Output, Store, ThinEvent};
+    use tessera_thin::{Output, Store, ThinEvent};
     for geometry in 0..3 {
         for with_log in [false, true] {
             let (config, image) = tessera_fuzz_replay::thin::valid_image(geometry, with_log);
@@ -1221,19 +1199,7 @@ fn thin_seed_images_recover() {
             while let Some(output) = store.poll() {
                 match output {
                     Output::Lower(command) => {
-                        let result = match command.op {
-                            LowerOp::Read {
-                                offset_bytes,
-                                len_bytes,
-                            } => {
-                                Some(image[offset_bytes as usize..][..len_bytes as usize].to_vec())
-                            }
-                            LowerOp::Write { offset_bytes, data } => {
-                                image[offset_bytes as usize..][..data.len()].copy_from_slice(&data);
-                                None
-                            }
-                            _ => None,
-                        };
+                        let result = command.op.apply_to(&mut image);
                         store.lower_done(command.id, Ok(result));
                     }
                     Output::Event(ThinEvent::Recovered {

@@ -9,7 +9,10 @@ use crate::request::decode_request;
 use crate::server::handshake::{HandshakeConfig, HandshakeStatus, ServerHandshake};
 use crate::validate::{Rejection, validate};
 
-struct FuzzCatalog;
+/// The catalog every entry point serves: any name shorter than 8 bytes exists, the empty
+/// name is `default`, `ro` is read-only and `secret` needs TLS. Public so that replayed seeds
+/// can drive a server against the same exports.
+pub struct FuzzCatalog;
 
 impl ExportCatalog for FuzzCatalog {
     fn lookup(&self, name: &str) -> Option<ExportInfo> {

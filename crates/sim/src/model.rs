@@ -204,37 +204,20 @@ impl Model {
                 Ok(())
             }
             None => {
+                let describe = |e: &&Entry| {
+                    let ack = if e.ack == NEVER {
+                        "-".to_string()
+                    } else {
+                        e.ack.to_string()
+                    };
+                    format!("{:?}@{}..{ack}", e.values, e.submit)
+                };
                 let candidates: Vec<String> = history
                     .iter()
                     .filter(|e| e.submit < ack && (e.ack >= floor))
-                    .map(|e| {
-                        format!(
-                            "{:?}@{}..{}",
-                            e.values,
-                            e.submit,
-                            if e.ack == NEVER {
-                                "-".into()
-                            } else {
-                                e.ack.to_string()
-                            }
-                        )
-                    })
+                    .map(|e| describe(&e))
                     .collect();
-                let all: Vec<String> = history
-                    .iter()
-                    .map(|e| {
-                        format!(
-                            "{:?}@{}..{}",
-                            e.values,
-                            e.submit,
-                            if e.ack == NEVER {
-                                "-".into()
-                            } else {
-                                e.ack.to_string()
-                            }
-                        )
-                    })
-                    .collect();
+                let all: Vec<String> = history.iter().map(|e| describe(&e)).collect();
                 Err(format!(
                     "sector {sector}: read (t{submit}..t{ack}) returned write {value}, allowed: {} (history: {})",
                     candidates.join(", "),

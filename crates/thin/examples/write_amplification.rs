@@ -8,7 +8,7 @@
 //! `cargo run --release -p tessera-thin --example write_amplification -- [--physical-mib N]
 //! [--fill F] [--overwrite X] [--incompressible]`
 
-use tessera_thin::{Compression, Config, HostOp, LowerOp, Output, Store};
+use tessera_thin::{Compression, Config, HostOp, Output, Store};
 
 const BLOCK: usize = 4096;
 
@@ -38,22 +38,7 @@ fn run(store: &mut Store, image: &mut [u8]) -> u64 {
             replies += 1;
         }
         if let Output::Lower(command) = output {
-            let result = match command.op {
-                LowerOp::Read {
-                    offset_bytes,
-                    len_bytes,
-                }
-                | LowerOp::ReadAround {
-                    offset_bytes,
-                    len_bytes,
-                    ..
-                } => Some(image[offset_bytes as usize..][..len_bytes as usize].to_vec()),
-                LowerOp::Write { offset_bytes, data } => {
-                    image[offset_bytes as usize..][..data.len()].copy_from_slice(&data);
-                    None
-                }
-                LowerOp::Trim { .. } | LowerOp::Flush => None,
-            };
+            let result = command.op.apply_to(image);
             store.lower_done(command.id, Ok(result));
         }
     }

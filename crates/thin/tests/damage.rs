@@ -16,22 +16,7 @@ fn settle(store: &mut Store, image: &mut [u8]) -> Option<usize> {
     for step in 0..STEPS_MAX {
         match store.poll() {
             Some(Output::Lower(command)) => {
-                let result = match command.op {
-                    LowerOp::Read {
-                        offset_bytes,
-                        len_bytes,
-                    }
-                    | LowerOp::ReadAround {
-                        offset_bytes,
-                        len_bytes,
-                        ..
-                    } => Some(image[offset_bytes as usize..][..len_bytes as usize].to_vec()),
-                    LowerOp::Write { offset_bytes, data } => {
-                        image[offset_bytes as usize..][..data.len()].copy_from_slice(&data);
-                        None
-                    }
-                    LowerOp::Flush | LowerOp::Trim { .. } => None,
-                };
+                let result = command.op.apply_to(image);
                 store.lower_done(command.id, Ok(result));
             }
             Some(_) => {}

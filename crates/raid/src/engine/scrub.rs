@@ -123,17 +123,7 @@ impl Engine {
                 .expect("readable");
             reads.push((member, offset, image.parity[which].expect("buffer")));
         }
-        for (member, offset_bytes, buffer) in reads {
-            self.op_issue(
-                id,
-                op,
-                member,
-                MemberOp::Read {
-                    offset_bytes,
-                    buffer,
-                },
-            );
-        }
+        self.issue_reads(id, op, reads);
         op.work = Work::Chunk {
             image,
             source: None,

@@ -750,17 +750,7 @@ impl Engine {
                 image.parity[which].expect("buffer"),
             ));
         }
-        for (member, offset_bytes, buffer) in reads {
-            self.op_issue(
-                id,
-                op,
-                member,
-                MemberOp::Read {
-                    offset_bytes,
-                    buffer,
-                },
-            );
-        }
+        self.issue_reads(id, op, reads);
         op.work = Work::Chunk {
             image,
             source: None,
@@ -954,17 +944,7 @@ impl Engine {
             }
         }
         op.kind = Kind::Recover { pieces };
-        for (member, offset_bytes, buffer) in reads {
-            self.op_issue(
-                id,
-                op,
-                member,
-                MemberOp::Read {
-                    offset_bytes,
-                    buffer,
-                },
-            );
-        }
+        self.issue_reads(id, op, reads);
         op.work = Work::None;
         Planned::Go
     }
@@ -1016,9 +996,22 @@ impl Engine {
                 };
                 return Planned::BeyondRedundancy;
             };
-            let Some(buffer) = self.scratch(op, chunk.len()) else {
-                return Planned::NoMemory;
-            };
+            return self.plan_chunk_copy(id, op, member, offset_bytes);
+        }
+        match column {
+            Column::Data(index) => self.plan_image(id, op, chunk, 1 << index, None, false),
+            Column::Parity(which) => self.plan_image(id, op, chunk, 0, Some(which), true),
+        }
+    }
+
+    /// Issues member reads, each `(member, offset_bytes, buffer)`, for the op.
+    pub(super) fn issue_reads(
+        &mut self,
+        id: OpId,
+        op: &mut StripeOp,
+        reads: Vec<(usize, u64, BufferSlice)>,
+    ) {
+        for (member, offset_bytes, buffer) in reads {
             self.op_issue(
                 id,
                 op,
@@ -1028,17 +1021,35 @@ impl Engine {
                     buffer,
                 },
             );
-            op.work = Work::Chunk {
-                image: Image::default(),
-                source: Some((buffer, member)),
-                parity_out: [None; 2],
-            };
-            return Planned::Go;
         }
-        match column {
-            Column::Data(index) => self.plan_image(id, op, chunk, 1 << index, None, false),
-            Column::Parity(which) => self.plan_image(id, op, chunk, 0, Some(which), true),
-        }
+    }
+
+    /// Reads one whole chunk from `member`: the source a rebuild or a mirror resync copies.
+    fn plan_chunk_copy(
+        &mut self,
+        id: OpId,
+        op: &mut StripeOp,
+        member: usize,
+        offset_bytes: u64,
+    ) -> Planned {
+        let Some(buffer) = self.scratch(op, self.geometry.chunk_bytes()) else {
+            return Planned::NoMemory;
+        };
+        self.op_issue(
+            id,
+            op,
+            member,
+            MemberOp::Read {
+                offset_bytes,
+                buffer,
+            },
+        );
+        op.work = Work::Chunk {
+            image: Image::default(),
+            source: Some((buffer, member)),
+            parity_out: [None; 2],
+        };
+        Planned::Go
     }
 
     fn plan_resync(&mut self, id: OpId, op: &mut StripeOp) -> Planned {
@@ -1051,24 +1062,7 @@ impl Engine {
             else {
                 return Planned::BeyondRedundancy;
             };
-            let Some(buffer) = self.scratch(op, chunk.len()) else {
-                return Planned::NoMemory;
-            };
-            self.op_issue(
-                id,
-                op,
-                member,
-                MemberOp::Read {
-                    offset_bytes,
-                    buffer,
-                },
-            );
-            op.work = Work::Chunk {
-                image: Image::default(),
-                source: Some((buffer, member)),
-                parity_out: [None; 2],
-            };
-            return Planned::Go;
+            return self.plan_chunk_copy(id, op, member, offset_bytes);
         }
         let data_chunks = self.geometry.data_chunks();
         let any_lost =

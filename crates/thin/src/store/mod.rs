@@ -147,6 +147,31 @@ pub enum LowerOp {
     },
 }
 
+impl LowerOp {
+    /// Carries the command out on a flat image of a healthy group that never loses a write
+    /// (tests, examples and seed replays): reads return its bytes (a read around reads the
+    /// same, since every copy agrees), writes change it, trims and flushes change nothing
+    /// (a trimmed range may read back as it was).
+    pub fn apply_to(&self, image: &mut [u8]) -> Option<Vec<u8>> {
+        match self {
+            LowerOp::Read {
+                offset_bytes,
+                len_bytes,
+            }
+            | LowerOp::ReadAround {
+                offset_bytes,
+                len_bytes,
+                ..
+            } => Some(image[*offset_bytes as usize..][..*len_bytes as usize].to_vec()),
+            LowerOp::Write { offset_bytes, data } => {
+                image[*offset_bytes as usize..][..data.len()].copy_from_slice(data);
+                None
+            }
+            LowerOp::Trim { .. } | LowerOp::Flush => None,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LowerCommand {
     pub id: u64,
