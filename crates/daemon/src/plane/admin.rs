@@ -55,7 +55,7 @@ pub(crate) fn random_uuid() -> Uuid {
     Uuid(bytes)
 }
 
-fn unix_seconds() -> u64 {
+pub(super) fn unix_seconds() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -492,26 +492,13 @@ impl DataPlane {
             self.parity.clone(),
         )
         .map_err(|e| AdminError::Invalid(e.to_string()))?;
-        let members = all_drives.iter().map(|d| Some(*d)).collect();
-        for (index, (drive, uuid)) in all_drives.iter().zip(member_uuids).enumerate() {
-            let drive = self.drives.get_mut(drive).expect("checked");
-            drive.group = Some((id, index));
-            drive.member_uuid = Some(uuid);
-        }
         let size = engine.data_bytes();
-        self.groups.insert(
-            id,
-            Group {
-                id,
-                engine,
-                members,
-                config: GroupConfig {
-                    dg_id: id,
-                    virtual_drives: Vec::new(),
-                },
-                computing: 0,
-            },
-        );
+        let members = all_drives.iter().map(|d| Some(*d)).collect();
+        let config = GroupConfig {
+            dg_id: id,
+            virtual_drives: Vec::new(),
+        };
+        self.install_group(id, engine, members, &member_uuids, config);
         log!(
             "drive group {id} ({name}) created: {} over {} drives, {size} bytes",
             request.level,
@@ -524,6 +511,35 @@ impl DataPlane {
             None,
         );
         Ok(id)
+    }
+
+    /// Takes a new engine in as drive group `id`: `members` names the physical drive of each
+    /// member (none for a missing role), which learns its place and member UUID.
+    pub(super) fn install_group(
+        &mut self,
+        id: u32,
+        engine: Engine,
+        members: Vec<Option<u32>>,
+        member_uuids: &[Uuid],
+        config: GroupConfig,
+    ) {
+        assert_eq!(members.len(), member_uuids.len(), "a UUID per member");
+        for (index, (drive, uuid)) in members.iter().zip(member_uuids).enumerate() {
+            let Some(drive) = drive else { continue };
+            let drive = self.drives.get_mut(drive).expect("a managed drive");
+            drive.group = Some((id, index));
+            drive.member_uuid = Some(*uuid);
+        }
+        self.groups.insert(
+            id,
+            Group {
+                id,
+                engine,
+                members,
+                config,
+                computing: 0,
+            },
+        );
     }
 
     /// Finds a group by id or name.

@@ -8,8 +8,8 @@
 //! area, before md's data offset.
 
 use super::DataPlane;
-use super::admin::{AdminError, random_uuid};
-use super::group::{Group, engine_config};
+use super::admin::{AdminError, random_uuid, unix_seconds};
+use super::group::engine_config;
 use crate::blob::{GroupConfig, VdRecord};
 use crate::devices::{Device, Probe};
 use crate::log;
@@ -213,9 +213,7 @@ impl DataPlane {
                     (*uuid, size)
                 })
                 .collect(),
-            created_unix_seconds: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            created_unix_seconds: unix_seconds(),
             region_bytes: None,
             journal_bytes: None,
             journal_mode: JournalMode::DegradeOnly,
@@ -241,22 +239,7 @@ impl DataPlane {
             .iter()
             .map(|device| device.map(|index| pds[index]))
             .collect();
-        for (index, (drive, uuid)) in members.iter().zip(&member_uuids).enumerate() {
-            let Some(drive) = drive else { continue };
-            let drive = self.drives.get_mut(drive).expect("added above");
-            drive.group = Some((id, index));
-            drive.member_uuid = Some(*uuid);
-        }
-        self.groups.insert(
-            id,
-            Group {
-                id,
-                engine,
-                members,
-                config,
-                computing: 0,
-            },
-        );
+        self.install_group(id, engine, members, &member_uuids, config);
         log!(
             "md array {} ({}) adopted as drive group {id} ({group_name}), {} over {} roles ({} missing), virtual drive {vd_name} of {} bytes",
             plan.md_name,
