@@ -3,8 +3,8 @@
 //! spare), its virtual drive exported as /dev/ublkb0 through the kernel's ublk driver; fio
 //! verify, flush, write zeroes and discard on the raw device; ext4 and xfs with files through
 //! a member failure and a rebuild, fsck clean; a thin drive beside it as /dev/ublkb1; the
-//! device removed by unexport, by daemon shutdown and by a forced delete. About 90 s under
-//! software emulation.
+//! device removed by unexport, by daemon shutdown (and made again at the next start) and by a
+//! forced delete. About 90 s under software emulation.
 //!
 //! The tessera binary comes from `cargo build --profile test -p tessera-cli` (the build that
 //! `cargo test` itself makes of it), or from `TESSERA_VM_BINARY` when set.
@@ -54,8 +54,10 @@ fn virtual_drive_as_a_ublk_block_device_in_the_vm() {
         "unexport: /dev/ublkb0 and /dev/ublkc0 removed",
         "refused: delete of an exported drive",
         "shutdown: device removed, daemon exited 0",
+        "restart: /dev/ublkb0 exported again with its data",
         "delete --force: device removed with the drive",
-        "crash: the abandoned device deleted by the next export",
+        "crash: the abandoned device deleted, the drive exported again at start",
+        "unexported: not exported again at start",
         "UBLK-OK",
     ] {
         assert!(run.has_ending(expected), "missing {expected:?}\n{context}");

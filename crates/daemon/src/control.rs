@@ -189,6 +189,20 @@ impl Controller for Control {
     }
 
     fn delete_dg(&self, dg: &DgRef, force: bool) -> Result<(), ApiError> {
+        if force {
+            // The drives' ublk devices are removed first (their last writes need the group).
+            let reference = dg.clone();
+            let exported = self.call(move |plane| {
+                let id = plane.find_group(&reference)?;
+                Ok::<_, crate::plane::AdminError>(plane.ublk_exported_in_group(id))
+            })?;
+            for name in exported.unwrap_or_default() {
+                match crate::plane::unexport_ublk(&self.plane, &name) {
+                    Err(error) if error.code != ErrorCode::NotFound => return Err(error),
+                    _ => {}
+                }
+            }
+        }
         let reference = dg.clone();
         let id = self
             .call(move |plane| {
@@ -330,6 +344,8 @@ impl Controller for Control {
 
     fn unexport_vd_ublk(&self, name: &str) -> Result<VdView, ApiError> {
         crate::plane::unexport_ublk(&self.plane, name)?;
+        let owned = name.to_string();
+        self.call(move |plane| plane.forget_ublk_export(&owned))?;
         self.get_vd(name)
     }
 

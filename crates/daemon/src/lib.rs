@@ -146,6 +146,8 @@ pub fn serve(options: ServeOptions) -> Result<(), String> {
         .name("data-plane".into())
         .spawn(move || plane.run())
         .map_err(|e| format!("cannot start the data plane: {e}"))?;
+    // Drives exported over ublk when the daemon last ran are exported again.
+    plane::restore_ublk(&handle);
     let controller: Arc<dyn tessera_api::controller::Controller> =
         Arc::new(control::Control::new(handle));
     let router = tessera_api::router::Router::new(Arc::clone(&controller));

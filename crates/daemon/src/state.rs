@@ -1,5 +1,7 @@
-//! The daemon's own small state: which device paths it manages, under which ids. Everything
-//! about groups and virtual drives lives in the members' superblocks.
+//! The daemon's own small state: which device paths it manages, under which ids, and which
+//! virtual drives it exports as ublk block devices (devices of this host, made again when the
+//! daemon starts). Everything about groups and virtual drives lives in the members'
+//! superblocks.
 
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -16,10 +18,22 @@ pub struct DriveRecord {
     pub spare_for: Option<u32>,
 }
 
+/// A virtual drive exported as a ublk block device, as `vd export --ublk` asked for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UblkExportRecord {
+    pub vd: String,
+    #[serde(default)]
+    pub queues: Option<u16>,
+    #[serde(default)]
+    pub queue_depth: Option<u16>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateFile {
     #[serde(default)]
     pub drives: Vec<DriveRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ublk_exports: Vec<UblkExportRecord>,
 }
 
 /// The state directory (`--state-dir`).
@@ -80,10 +94,26 @@ mod tests {
                 spare: true,
                 spare_for: None,
             }],
+            ublk_exports: vec![UblkExportRecord {
+                vd: "db".into(),
+                queues: Some(2),
+                queue_depth: None,
+            }],
         };
         state_dir.save(&state).unwrap();
         assert_eq!(state_dir.load().unwrap(), state);
         std::fs::write(dir.path().join("drives.json"), b"{not json").unwrap();
         assert!(state_dir.load().unwrap_err().contains("damaged"));
+    }
+
+    #[test]
+    fn a_state_file_without_exports_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let state_dir = StateDir::open(dir.path()).unwrap();
+        let old = br#"{"drives": [{"id": 0, "path": "/dev/x"}]}"#;
+        std::fs::write(dir.path().join("drives.json"), old).unwrap();
+        let state = state_dir.load().unwrap();
+        assert_eq!(state.drives.len(), 1);
+        assert!(state.ublk_exports.is_empty());
     }
 }

@@ -16,8 +16,9 @@
 #           discard, ext4 with files, e2fsck clean;
 #   access: vd set --read-only on makes writes fail, off lets them through again;
 #   end:    unexport removes /dev/ublkb0 and /dev/ublkc0; daemon shutdown removes a live device
-#           and exits 0; vd delete --force removes it too; after the daemon is killed, the
-#           next export deletes the device it left behind.
+#           and exits 0, and the next start makes it again with its data; vd delete --force
+#           removes it and its record; after the daemon is killed, the next start deletes the
+#           device it left behind and exports the drive again; an unexported drive stays so.
 # Each step prints one line the Rust test looks for; any failed check exits non-zero.
 set -eu
 
@@ -30,6 +31,14 @@ export_drive() {
     device=$(tessera vd export "$vd" --ublk "$@") || fail "vd export --ublk $*"
     [ "$device" = /dev/ublkb0 ] || fail "vd export printed '$device', expected /dev/ublkb0"
     test -b /dev/ublkb0 || fail "no block device /dev/ublkb0 after the export"
+}
+wait_present() {
+    i=0
+    until test -b "$1"; do
+        i=$((i + 1))
+        [ "$i" -lt 300 ] || fail "$1 did not appear within 30 s"
+        sleep 0.1
+    done
 }
 wait_gone() {
     i=0
@@ -213,6 +222,9 @@ if tessera vd delete "$vd" >"$work/refused.out" 2>&1; then
 fi
 grep -q 'exported over ublk' "$work/refused.out" || fail "wrong refusal: $(cat "$work/refused.out")"
 echo "refused: delete of an exported drive"
+dd if=/dev/urandom of=/dev/ublkb0 bs=1M seek=32 count=4 oflag=direct 2>/dev/null
+before=$(dd if=/dev/ublkb0 bs=1M skip=32 count=4 iflag=direct 2>/dev/null | md5sum)
+grep -q '"vd": "'"$vd"'"' "$work/state/drives.json" || fail "the export is not in the state file"
 kill -TERM "$daemon"
 status=0
 wait "$daemon" || status=$?
@@ -222,12 +234,20 @@ wait_gone /dev/ublkc0
 grep -q 'all drive groups stopped cleanly' "$work/daemon.log" || fail "no clean stop in the log"
 echo "shutdown: device removed, daemon exited 0"
 start_daemon
+wait_present /dev/ublkb0
 expect_group_state optimal
-export_drive
+after=$(dd if=/dev/ublkb0 bs=1M skip=32 count=4 iflag=direct 2>/dev/null | md5sum)
+[ "$after" = "$before" ] || fail "/dev/ublkb0 holds other data after the restart"
+tessera vd describe "$vd" --json | grep '"device": "/dev/ublkb0"' >/dev/null ||
+    fail "vd describe has no ublk device after the restart"
+echo "restart: /dev/ublkb0 exported again with its data"
 tessera vd delete "$vd" --force >/dev/null || fail "vd delete --force"
 wait_gone /dev/ublkb0
 if tessera vd list | grep "$vd" >/dev/null; then
     fail "the drive survived vd delete --force"
+fi
+if grep -q '"vd": "'"$vd"'"' "$work/state/drives.json"; then
+    fail "the deleted drive's export is still in the state file"
 fi
 echo "delete --force: device removed with the drive"
 # A daemon killed outright leaves /dev/ublkc0 behind (the kernel drops the block device);
@@ -239,12 +259,25 @@ wait "$daemon" || true
 wait_gone /dev/ublkb0
 test -c /dev/ublkc0 || fail "/dev/ublkc0 went away by itself"
 start_daemon
-[ "$(tessera vd export crashtest --ublk)" = /dev/ublkb0 ] || fail "export after the crash"
+wait_present /dev/ublkb0
 grep 'left by a daemon that died: \[0\]' "$work/daemon.log" >/dev/null ||
     fail "the abandoned device was not deleted"
+grep -q 'virtual drive crashtest exported as /dev/ublkb0' "$work/daemon.log" ||
+    fail "crashtest was not exported again"
+echo "crash: the abandoned device deleted, the drive exported again at start"
 tessera vd unexport crashtest --ublk >/dev/null || fail "unexport after the crash"
 wait_gone /dev/ublkc0
-echo "crash: the abandoned device deleted by the next export"
+if grep -q crashtest "$work/state/drives.json"; then
+    fail "the unexported drive is still in the state file"
+fi
+kill -TERM "$daemon"
+wait "$daemon" || fail "the daemon failed to stop"
+start_daemon
+expect_group_state optimal
+if tessera vd describe crashtest --json | grep '"ublk": {' >/dev/null || test -e /dev/ublkb0; then
+    fail "an unexported drive was exported again at start"
+fi
+echo "unexported: not exported again at start"
 kill -TERM "$daemon"
 wait "$daemon" || fail "the daemon failed to stop"
 step "removal done"

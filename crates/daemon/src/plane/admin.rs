@@ -6,7 +6,7 @@ use super::{DataPlane, Drive};
 use crate::blob::{GroupConfig, ThinRecord, VdRecord};
 use crate::devices::{Device, Probe};
 use crate::log;
-use crate::state::{DriveRecord, StateFile};
+use crate::state::{DriveRecord, StateFile, UblkExportRecord};
 use tessera_api::model::{Compression, SetVd, VdAccessView, canonical_rules};
 use tessera_raid::engine::{CreateSpec, Engine};
 use tessera_raid::geometry::{DEFAULT_CHUNK_BYTES, Level};
@@ -63,7 +63,8 @@ pub(super) fn unix_seconds() -> u64 {
 }
 
 impl DataPlane {
-    fn save_drives(&self) -> Result<(), AdminError> {
+    /// Writes the state directory's file: the drives managed and the ublk exports wanted.
+    fn save_state(&self) -> Result<(), AdminError> {
         let state = StateFile {
             drives: self
                 .drives
@@ -75,8 +76,24 @@ impl DataPlane {
                     spare_for: drive.spare_for,
                 })
                 .collect(),
+            ublk_exports: self
+                .ublk
+                .wanted
+                .iter()
+                .map(|(vd, body)| UblkExportRecord {
+                    vd: vd.clone(),
+                    queues: body.queues,
+                    queue_depth: body.queue_depth,
+                })
+                .collect(),
         };
         self.state.save(&state).map_err(AdminError::Unavailable)
+    }
+
+    pub(super) fn save_state_or_log(&self) {
+        if let Err(error) = self.save_state() {
+            log!("saving the state directory: {error:?}");
+        }
     }
 
     fn drive(&self, id: u32) -> Result<&Drive, AdminError> {
@@ -144,7 +161,7 @@ impl DataPlane {
             self.arm_remote_wake(id, fd);
         }
         self.drives.insert(id, drive);
-        if let Err(error) = self.save_drives() {
+        if let Err(error) = self.save_state() {
             self.drives.remove(&id);
             return Err(error);
         }
@@ -188,7 +205,7 @@ impl DataPlane {
             tessera_io_member.detach_from(&mut self.driver);
         }
         drive.device = None;
-        self.save_drives()?;
+        self.save_state()?;
         self.events.push_info(
             "pd_removed",
             format!("physical drive {id} removed"),
@@ -283,7 +300,7 @@ impl DataPlane {
         drive.member_uuid = Some(uuid);
         drive.spare = false;
         drive.spare_for = None;
-        let _ = self.save_drives();
+        let _ = self.save_state();
         self.events.push_info(
             "pd_replace",
             format!("physical drive {new} replaces drive {old} in drive group {dg}"),
@@ -367,7 +384,7 @@ impl DataPlane {
                 drive.member_uuid = Some(uuid);
                 drive.spare = false;
                 drive.spare_for = None;
-                let _ = self.save_drives();
+                let _ = self.save_state();
                 log!("hot spare {spare} takes role {role} of drive group {dg}");
                 self.events.push_warning(
                     "spare_taken",
@@ -576,6 +593,16 @@ impl DataPlane {
             .iter()
             .map(|vd| vd.name.clone())
             .collect();
+        // With --force, the API removed the drives' live ublk devices before this call.
+        if let Some((name, device)) = names
+            .iter()
+            .find_map(|name| Some((name, self.ublk_device_of(name)?)))
+        {
+            return Err(AdminError::Conflict(format!(
+                "virtual drive {name} of drive group {dg} is exported over ublk as {device}; \
+                 remove it with `tessera vd unexport {name} --ublk` first"
+            )));
+        }
         for name in names {
             self.close_vd_connections(&name);
             self.drop_thin(&name);
@@ -599,6 +626,9 @@ impl DataPlane {
             .groups
             .remove(&dg)
             .ok_or_else(|| AdminError::NotFound(format!("no drive group {dg}")))?;
+        for vd in &group.config.virtual_drives {
+            self.forget_ublk_export(&vd.name);
+        }
         for drive_id in group.members.iter().flatten() {
             if let Some(drive) = self.drives.get_mut(drive_id) {
                 drive.group = None;
@@ -762,6 +792,7 @@ impl DataPlane {
         }
         self.close_vd_connections(name);
         self.drop_thin(name);
+        self.forget_ublk_export(name);
         let group = self.groups.get_mut(&dg).expect("found");
         group.config.virtual_drives.retain(|vd| vd.name != name);
         let generation = group.engine.set_config(group.config.encode());

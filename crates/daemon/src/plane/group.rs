@@ -48,6 +48,17 @@ impl DataPlane {
     /// Opens every drive listed in the state directory and reads its superblock.
     pub(super) fn load_drives(&mut self) -> Result<(), String> {
         let state = self.state.load()?;
+        self.ublk.wanted = state
+            .ublk_exports
+            .into_iter()
+            .map(|record| {
+                let body = tessera_api::model::ExportUblk {
+                    queues: record.queues,
+                    queue_depth: record.queue_depth,
+                };
+                (record.vd, body)
+            })
+            .collect();
         for record in state.drives {
             let mut drive = Drive {
                 id: record.id,

@@ -30,7 +30,7 @@ use tessera_raid::engine::CommandId;
 use tessera_raid::superblock::Uuid;
 
 pub use admin::{AdminError, NewGroup, NewThin};
-pub(crate) use ublk::{export as export_ublk, unexport as unexport_ublk};
+pub(crate) use ublk::{export as export_ublk, restore as restore_ublk, unexport as unexport_ublk};
 
 /// A closure the control plane runs on the loop thread.
 pub type Call = Box<dyn FnOnce(&mut DataPlane) + Send>;

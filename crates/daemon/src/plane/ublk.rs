@@ -68,6 +68,10 @@ pub(crate) struct UblkExport {
 pub(crate) struct UblkExports {
     exports: BTreeMap<String, UblkExport>,
     next_id: u64,
+    /// The exports made again when the daemon starts, as `vd export --ublk` asked for them:
+    /// kept in the state directory from the export until `vd unexport --ublk` or the drive's
+    /// deletion (a daemon that stops removes its devices but keeps this).
+    pub(super) wanted: BTreeMap<String, ExportUblk>,
 }
 
 /// A request of a ublk device submitted to an engine or a thin store.
@@ -151,12 +155,48 @@ pub(crate) fn export(plane: &PlaneHandle, name: &str, body: ExportUblk) -> Resul
                     "virtual drive {name} went away while {path} was starting"
                 )));
             }
+            let owned = name.to_string();
+            plane.call(move |plane| plane.remember_ublk_export(&owned, body));
             Ok(())
         }
         Err(error) => {
             plane.call(move |plane| plane.ublk_forget(&owned, id));
             Err(ublk_api_error(error))
         }
+    }
+}
+
+/// Exports again, on a thread of its own, the drives that were exported over ublk when the
+/// daemon last stopped; what cannot be exported is logged and raised as a warning event, and
+/// stays wanted (a missing member or module may be back at the next start).
+pub(crate) fn restore(plane: &PlaneHandle) {
+    let Some(wanted) = plane.call(|plane| plane.ublk.wanted.clone()) else {
+        return;
+    };
+    if wanted.is_empty() {
+        return;
+    }
+    let plane = plane.clone();
+    let spawned = std::thread::Builder::new()
+        .name("ublk-restore".into())
+        .spawn(move || {
+            for (name, body) in wanted {
+                if let Err(error) = export(&plane, &name, body) {
+                    let message = format!(
+                        "virtual drive {name}: its ublk export was not made again: {}",
+                        error.message
+                    );
+                    log!("{message}");
+                    plane.post(move |plane| {
+                        plane
+                            .events
+                            .push_warning("ublk_not_restored", message, None, None)
+                    });
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        log!("cannot start a thread to restore ublk exports: {error}");
     }
 }
 
@@ -368,6 +408,23 @@ impl DataPlane {
         }
     }
 
+    /// Records a drive's export as wanted at the next start (saved at once; a failed save is
+    /// logged: the device exists either way).
+    pub(crate) fn remember_ublk_export(&mut self, name: &str, body: ExportUblk) {
+        if self.ublk.wanted.get(name) == Some(&body) {
+            return;
+        }
+        self.ublk.wanted.insert(name.to_string(), body);
+        self.save_state_or_log();
+    }
+
+    /// The drive is no longer exported over ublk at start (unexported or deleted).
+    pub(crate) fn forget_ublk_export(&mut self, name: &str) {
+        if self.ublk.wanted.remove(name).is_some() {
+            self.save_state_or_log();
+        }
+    }
+
     /// Whether every ublk export is gone (shutdown waits for it before stopping engines).
     pub(super) fn ublk_idle(&self) -> bool {
         self.ublk.exports.is_empty()
@@ -408,6 +465,16 @@ impl DataPlane {
             }
             .to_string(),
         })
+    }
+
+    /// The drives of group `dg` that have a ublk export.
+    pub(crate) fn ublk_exported_in_group(&self, dg: u32) -> Vec<String> {
+        self.ublk
+            .exports
+            .iter()
+            .filter(|(_, export)| export.group == dg)
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 
     /// The drive's ublk device path, if it has one (for messages).
