@@ -58,6 +58,7 @@ fn virtual_drive_as_a_ublk_block_device_in_the_vm() {
         "delete --force: device removed with the drive",
         "crash: the abandoned device deleted, the drive exported again at start",
         "unexported: not exported again at start",
+        "dg delete --force: the drive's device removed first",
         "UBLK-OK",
     ] {
         assert!(run.has_ending(expected), "missing {expected:?}\n{context}");

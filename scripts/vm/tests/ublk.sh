@@ -18,7 +18,8 @@
 #   end:    unexport removes /dev/ublkb0 and /dev/ublkc0; daemon shutdown removes a live device
 #           and exits 0, and the next start makes it again with its data; vd delete --force
 #           removes it and its record; after the daemon is killed, the next start deletes the
-#           device it left behind and exports the drive again; an unexported drive stays so.
+#           device it left behind and exports the drive again; an unexported drive stays so;
+#           dg delete --force removes its drives' devices first.
 # Each step prints one line the Rust test looks for; any failed check exits non-zero.
 set -eu
 
@@ -278,6 +279,13 @@ if tessera vd describe crashtest --json | grep '"ublk": {' >/dev/null || test -e
     fail "an unexported drive was exported again at start"
 fi
 echo "unexported: not exported again at start"
+[ "$(tessera vd export crashtest --ublk)" = /dev/ublkb0 ] || fail "export before dg delete"
+tessera dg delete 0 --force >/dev/null || fail "dg delete --force with an exported drive"
+wait_gone /dev/ublkb0
+if grep -q crashtest "$work/state/drives.json"; then
+    fail "the deleted group's drive is still in the state file"
+fi
+echo "dg delete --force: the drive's device removed first"
 kill -TERM "$daemon"
 wait "$daemon" || fail "the daemon failed to stop"
 step "removal done"
