@@ -1,7 +1,8 @@
 //! `tessera dg import-md` on file members carrying hand-built md v1.2 superblocks and data laid
 //! out as md lays out RAID5 (left-symmetric): every refusal leaves the files and the daemon
 //! untouched and says why; a degraded array is adopted with its data in place, read back over
-//! NBD, rebuilt onto a spare, and read back again with another member failed.
+//! NBD, rebuilt onto a spare, and read back again with another member failed; an import cut
+//! short by a crash leaves a degraded group or a failed one with a way back to md.
 
 mod daemon;
 use daemon::Daemon;
@@ -264,5 +265,94 @@ fn import_md_adopts_a_degraded_raid5_and_rebuilds_it() {
     assert!(
         read_vd(&daemon, "media") == data,
         "read after a second failure"
+    );
+}
+
+const SAVED_MD_OFFSET: usize = 36 << 10;
+const MD_AREA_BYTES: usize = 16 << 10;
+
+/// Imports md's array from fresh member files, then kills the daemon and leaves the files as a
+/// crash between the first and the last superblock copy A of the import would have
+/// (docs/md-import.md, "A crash during the import"): copy A on the first `with_copy_a`
+/// members only (the others still carry md's superblock), copy B on none.
+fn crashed_import(daemon: &mut Daemon, tag: &str, with_copy_a: usize) -> Vec<String> {
+    let paths = write_members(daemon, tag, &members(|_| {}));
+    let mut args = vec!["dg", "import-md"];
+    args.extend(paths.iter().map(String::as_str));
+    daemon.ok(&args);
+    daemon.kill();
+    for (i, path) in paths.iter().enumerate() {
+        let restore_md = i >= with_copy_a;
+        undo_superblocks(path, restore_md);
+    }
+    daemon.restart();
+    paths
+}
+
+/// Erases Tessera's superblock copy B, and with `restore_md` puts md's 16 KiB from 4 KiB back
+/// from the copy the import kept at 36 KiB (the documented `dd` commands).
+fn undo_superblocks(path: &str, restore_md: bool) {
+    let mut image = std::fs::read(path).unwrap();
+    if restore_md {
+        let saved = image[SAVED_MD_OFFSET..SAVED_MD_OFFSET + MD_AREA_BYTES].to_vec();
+        image[4096..4096 + MD_AREA_BYTES].copy_from_slice(&saved);
+    }
+    image[4096 + MD_AREA_BYTES..4096 + 2 * MD_AREA_BYTES].fill(0);
+    std::fs::write(path, &image).unwrap();
+}
+
+/// A crash that left copy A on too few members for the group: it is failed and serves
+/// nothing; deleting it, forgetting the drives and restoring md's superblocks gives md's
+/// array back intact, which imports again with its data.
+#[test]
+fn a_crash_early_in_the_import_leaves_a_way_back() {
+    let mut daemon = Daemon::start();
+    let paths = crashed_import(&mut daemon, "early", 2);
+    let groups = daemon.json(&["dg", "list"]);
+    assert_eq!(groups[0]["state"], "failed", "{groups}");
+    if let Ok(mut client) = tessera_nbd::Client::connect_str(&daemon.uri("media")) {
+        let mut out = vec![0u8; 4096];
+        assert!(
+            client.read_at(&mut out, 0).is_err(),
+            "a failed group serves nothing"
+        );
+    }
+    let dg = groups[0]["id"].to_string();
+    daemon.ok(&["dg", "delete", &dg, "--force"]);
+    for pd in 0..MEMBERS {
+        daemon.ok(&["pd", "remove", &pd.to_string()]);
+    }
+    for path in &paths {
+        undo_superblocks(path, true);
+    }
+    let mut args = vec!["dg", "import-md"];
+    args.extend(paths.iter().map(String::as_str));
+    let imported = daemon.json(&args);
+    assert_eq!(imported["dg"]["state"], "optimal");
+    assert!(
+        read_vd(&daemon, "media") == array_data(),
+        "the data after the second import"
+    );
+}
+
+/// A crash that left copy A on all members but one: the import took, degraded; the last
+/// device, given back as a spare, is rebuilt into its role.
+#[test]
+fn a_crash_late_in_the_import_leaves_a_degraded_group() {
+    let mut daemon = Daemon::start();
+    let paths = crashed_import(&mut daemon, "late", MEMBERS - 1);
+    let groups = daemon.json(&["dg", "list"]);
+    assert_eq!(groups[0]["state"], "degraded", "{groups}");
+    assert!(read_vd(&daemon, "media") == array_data(), "degraded read");
+    let last = (MEMBERS - 1).to_string();
+    daemon.ok(&["pd", "remove", &last]);
+    daemon.ok(&["pd", "add", "--spare", &paths[MEMBERS - 1]]);
+    let dg = groups[0]["id"].to_string();
+    daemon.wait_for_group(&dg, "the rebuild onto the last device", |group| {
+        group["state"] == "optimal"
+    });
+    assert!(
+        read_vd(&daemon, "media") == array_data(),
+        "read after the rebuild"
     );
 }
