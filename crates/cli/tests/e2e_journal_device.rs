@@ -46,6 +46,30 @@ fn a_journal_drive_holds_the_journal_until_it_fails() {
         &["--randseed=11", "--bsrange=4k-64k", "--end_fsync=1"],
         daemon.dir.path(),
     );
+    // Partial-stripe writes went through the journal, batched (group commit).
+    let metric = |name: &str| {
+        daemon
+            .metric(&format!("{name}{{dg=\"0\"}}"))
+            .unwrap_or_else(|| panic!("no {name} for group 0"))
+    };
+    let (batches, entries) = (
+        metric("tessera_dg_journal_batches_total"),
+        metric("tessera_dg_journal_entries_total"),
+    );
+    assert!(
+        batches > 0 && entries >= batches,
+        "{batches} batches, {entries} entries"
+    );
+    assert!(
+        metric("tessera_dg_journal_bytes_total") >= entries * 512,
+        "journal bytes below a sector per entry"
+    );
+    assert!(
+        metric("tessera_dg_read_modify_writes_total")
+            + metric("tessera_dg_reconstruct_writes_total")
+            > 0,
+        "no partial-stripe update counted"
+    );
 
     // A crash: the journal drive comes back with the group and is replayed from.
     daemon.kill();

@@ -37,50 +37,32 @@ impl DataPlane {
                 view.id, view.name, view.state
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP tessera_dg_host_read_bytes_total Bytes read by hosts from a drive group."
-        );
-        let _ = writeln!(out, "# TYPE tessera_dg_host_read_bytes_total counter");
-        for group in self.groups.values() {
-            let counters = group.engine.status().counters;
-            let _ = writeln!(
-                out,
-                "tessera_dg_host_read_bytes_total{{dg=\"{}\"}} {}",
-                group.id, counters.host_read_bytes
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP tessera_dg_host_write_bytes_total Bytes written by hosts to a drive group."
-        );
-        let _ = writeln!(out, "# TYPE tessera_dg_host_write_bytes_total counter");
-        for group in self.groups.values() {
-            let counters = group.engine.status().counters;
-            let _ = writeln!(
-                out,
-                "tessera_dg_host_write_bytes_total{{dg=\"{}\"}} {}",
-                group.id, counters.host_write_bytes
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP tessera_dg_member_write_bytes_total Bytes written to members by a drive group."
-        );
-        let _ = writeln!(out, "# TYPE tessera_dg_member_write_bytes_total counter");
-        for group in self.groups.values() {
-            let counters = group.engine.status().counters;
-            let _ = writeln!(
-                out,
-                "tessera_dg_member_write_bytes_total{{dg=\"{}\"}} {}",
-                group.id, counters.member_write_bytes
-            );
-        }
-        for (name, help, field) in [
+        type Field = fn(&tessera_raid::engine::Counters) -> u64;
+        let series: [(&str, &str, Field); 17] = [
+            (
+                "tessera_dg_host_read_bytes_total",
+                "Bytes read by hosts from a drive group.",
+                |c| c.host_read_bytes,
+            ),
+            (
+                "tessera_dg_host_write_bytes_total",
+                "Bytes written by hosts to a drive group.",
+                |c| c.host_write_bytes,
+            ),
+            (
+                "tessera_dg_member_read_bytes_total",
+                "Bytes read from members by a drive group.",
+                |c| c.member_read_bytes,
+            ),
+            (
+                "tessera_dg_member_write_bytes_total",
+                "Bytes written to members by a drive group.",
+                |c| c.member_write_bytes,
+            ),
             (
                 "tessera_dg_host_reads_total",
                 "Host reads answered by a drive group.",
-                (|c: &tessera_raid::engine::Counters| c.host_reads) as fn(&_) -> u64,
+                |c| c.host_reads,
             ),
             (
                 "tessera_dg_host_writes_total",
@@ -88,16 +70,71 @@ impl DataPlane {
                 |c| c.host_writes,
             ),
             (
+                "tessera_dg_full_stripe_writes_total",
+                "Stripe updates that wrote whole stripes, parity computed from the new data alone.",
+                |c| c.full_stripe_writes,
+            ),
+            (
+                "tessera_dg_read_modify_writes_total",
+                "Stripe updates that read the old data and parity.",
+                |c| c.read_modify_writes,
+            ),
+            (
+                "tessera_dg_reconstruct_writes_total",
+                "Stripe updates that read the rest of the stripe.",
+                |c| c.reconstruct_writes,
+            ),
+            (
+                "tessera_dg_coalesced_writes_total",
+                "Host writes merged with others into one stripe update.",
+                |c| c.coalesced_writes,
+            ),
+            (
+                "tessera_dg_degraded_reads_total",
+                "Host read pieces reconstructed around a missing or failing member.",
+                |c| c.degraded_reads,
+            ),
+            (
+                "tessera_dg_member_read_errors_total",
+                "Member reads that failed.",
+                |c| c.read_errors,
+            ),
+            (
+                "tessera_dg_repaired_reads_total",
+                "Member read errors repaired by rewriting from redundancy.",
+                |c| c.repaired_reads,
+            ),
+            (
+                "tessera_dg_journal_batches_total",
+                "Write journal batches written (each to every journal copy).",
+                |c| c.journal_batches,
+            ),
+            (
+                "tessera_dg_journal_entries_total",
+                "Stripe updates recorded in the write journal.",
+                |c| c.journal_entries,
+            ),
+            (
+                "tessera_dg_journal_bytes_total",
+                "Bytes written to journal areas, every copy counted.",
+                |c| c.journal_bytes,
+            ),
+            (
                 "tessera_dg_parity_offloaded_bytes_total",
                 "Data bytes of full-stripe parity work a drive group handed to the parity engines.",
                 |c| c.offloaded_parity_bytes,
             ),
-        ] {
+        ];
+        let counters: Vec<(u32, tessera_raid::engine::Counters)> = self
+            .groups
+            .values()
+            .map(|group| (group.id, group.engine.status().counters))
+            .collect();
+        for (name, help, field) in series {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} counter");
-            for group in self.groups.values() {
-                let counters = group.engine.status().counters;
-                let _ = writeln!(out, "{name}{{dg=\"{}\"}} {}", group.id, field(&counters));
+            for (dg, counters) in &counters {
+                let _ = writeln!(out, "{name}{{dg=\"{dg}\"}} {}", field(counters));
             }
         }
         self.vd_metrics(&mut out);
