@@ -59,15 +59,7 @@ impl Engine {
                 return Planned::BeyondRedundancy;
             }
             for &(member, offset_bytes, buffer) in &copies {
-                self.op_issue(
-                    id,
-                    op,
-                    member,
-                    MemberOp::Read {
-                        offset_bytes,
-                        buffer,
-                    },
-                );
+                self.op_read(id, op, member, offset_bytes, buffer);
             }
             op.work = Work::Copies(copies);
             return Planned::Go;

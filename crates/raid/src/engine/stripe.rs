@@ -516,6 +516,26 @@ impl Engine {
         self.issue(member, command, Owner::Stripe { op: id, purpose });
     }
 
+    /// Issues a read of `buffer`'s length at `offset_bytes` of `member` for the op.
+    pub(super) fn op_read(
+        &mut self,
+        id: OpId,
+        op: &mut StripeOp,
+        member: usize,
+        offset_bytes: u64,
+        buffer: BufferSlice,
+    ) {
+        self.op_issue(
+            id,
+            op,
+            member,
+            MemberOp::Read {
+                offset_bytes,
+                buffer,
+            },
+        );
+    }
+
     pub(super) fn scratch(&mut self, op: &mut StripeOp, len_bytes: u64) -> Option<BufferSlice> {
         // An eighth of the arena stays free for metadata (superblock and bitmap writes), which
         // must never wait for data I/O to free space.
@@ -635,15 +655,7 @@ impl Engine {
                 let (member, offset_bytes) = self
                     .readable_column(op, Column::Data(index))
                     .expect("readable");
-                self.op_issue(
-                    id,
-                    op,
-                    member,
-                    MemberOp::Read {
-                        offset_bytes,
-                        buffer,
-                    },
-                );
+                self.op_read(id, op, member, offset_bytes, buffer);
             }
         }
         op.work = Work::Chunk {
@@ -1012,15 +1024,7 @@ impl Engine {
         reads: Vec<(usize, u64, BufferSlice)>,
     ) {
         for (member, offset_bytes, buffer) in reads {
-            self.op_issue(
-                id,
-                op,
-                member,
-                MemberOp::Read {
-                    offset_bytes,
-                    buffer,
-                },
-            );
+            self.op_read(id, op, member, offset_bytes, buffer);
         }
     }
 
@@ -1035,15 +1039,7 @@ impl Engine {
         let Some(buffer) = self.scratch(op, self.geometry.chunk_bytes()) else {
             return Planned::NoMemory;
         };
-        self.op_issue(
-            id,
-            op,
-            member,
-            MemberOp::Read {
-                offset_bytes,
-                buffer,
-            },
-        );
+        self.op_read(id, op, member, offset_bytes, buffer);
         op.work = Work::Chunk {
             image: Image::default(),
             source: Some((buffer, member)),
