@@ -167,6 +167,7 @@ impl World {
             coalesce_window_us: self.config.coalesce_window_us,
             dirty_clear_delay_us: self.config.dirty_clear_delay_us,
             rebuild_window: self.config.rebuild_window,
+            rebuild_window_bytes: u64::MAX,
             resync_window: 2,
             rebuild_checkpoint_bytes: 4 * self.config.chunk_bytes,
             offload_parity: self.config.offload_parity,

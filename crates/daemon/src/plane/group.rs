@@ -39,7 +39,10 @@ pub(crate) fn engine_config(offload_parity: bool) -> EngineConfig {
     EngineConfig {
         pool_bytes: 256 << 20,
         offload_parity,
-        rebuild_window: 16,
+        // 4 MiB of the replacement in flight: 64 stripes at the default 64 KiB chunk, enough
+        // to keep a drive with some latency busy; 4 at 1 MiB chunks.
+        rebuild_window: 64,
+        rebuild_window_bytes: 4 << 20,
         ..EngineConfig::default()
     }
 }

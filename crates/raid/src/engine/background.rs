@@ -75,12 +75,15 @@ pub(crate) struct Pacer {
 const PACING_WINDOW_US: u64 = 100_000;
 
 impl Pacer {
-    /// Whether background work may start another step now, given the cumulative byte counters.
+    /// Whether background work may start now: its bytes in this window, counting what is
+    /// already started (`started_bytes`, not yet in `background_bytes`), stay within its share
+    /// of the host's. Counting started work keeps a wide window from overshooting the share.
     fn allows(
         &mut self,
         now_us: u64,
         host_bytes: u64,
         background_bytes: u64,
+        started_bytes: u64,
         rate_percent: u8,
     ) -> bool {
         if now_us >= self.window_start_us + PACING_WINDOW_US {
@@ -105,7 +108,7 @@ impl Pacer {
             return true;
         }
         let allowed = host as f64 * f64::from(rate_percent) / f64::from(100 - rate_percent);
-        ((background_bytes - self.background_bytes_at_start) as f64) < allowed
+        ((background_bytes + started_bytes - self.background_bytes_at_start) as f64) < allowed
     }
 
     fn next_window_us(&self) -> u64 {
@@ -197,6 +200,14 @@ impl Background {
 }
 
 impl Engine {
+    /// Stripes a rebuild or scrub keeps in flight: `rebuild_window`, fewer for large chunks.
+    fn background_window(&self) -> usize {
+        let by_bytes = (self.config.rebuild_window_bytes / self.geometry.chunk_bytes()).max(1);
+        self.config
+            .rebuild_window
+            .min(usize::try_from(by_bytes).unwrap_or(usize::MAX))
+    }
+
     pub(super) fn pump_background(&mut self) -> bool {
         if self.phase != super::Phase::Running {
             return false;
@@ -260,6 +271,7 @@ impl Engine {
             return true;
         }
         let mut progressed = false;
+        let window = self.background_window();
         loop {
             let cursor = self.background.rebuild.as_mut().expect("rebuild cursor");
             if cursor.aborted {
@@ -288,11 +300,12 @@ impl Engine {
                     Some(_) => return progressed,
                 }
             }
-            if cursor.in_flight as usize >= self.config.rebuild_window {
+            if cursor.in_flight as usize >= window {
                 return progressed;
             }
+            let started_bytes = u64::from(cursor.in_flight) * self.geometry.chunk_bytes();
             let rate = self.rebuild_rate();
-            if !self.background_may_run(rate) {
+            if !self.background_may_run(rate, started_bytes) {
                 return progressed;
             }
             let cursor = self.background.rebuild.as_mut().expect("rebuild cursor");
@@ -517,12 +530,14 @@ impl Engine {
         }
     }
 
-    fn background_may_run(&mut self, rate_percent: u8) -> bool {
+    /// Whether one more background step may start; `started_bytes` is what the steps in
+    /// flight will add when they finish.
+    fn background_may_run(&mut self, rate_percent: u8, started_bytes: u64) -> bool {
         let host = self.counters.host_read_bytes + self.counters.host_write_bytes;
         let background = self.counters.rebuilt_bytes + self.counters.scrubbed_bytes;
         self.background
             .pacer
-            .allows(self.now_us, host, background, rate_percent)
+            .allows(self.now_us, host, background, started_bytes, rate_percent)
     }
 
     /// When paced background work may next start (for `next_deadline_us`).
@@ -581,14 +596,17 @@ impl Engine {
         loop {
             let cursor = self.background.scrub.as_ref().expect("scrub cursor");
             if failed
-                || cursor.in_flight as usize >= self.config.rebuild_window
+                || cursor.in_flight as usize >= self.background_window()
                 || cursor.next_stripe >= self.geometry.stripe_count()
             {
                 return progressed;
             }
             let (stripe, repair) = (cursor.next_stripe, cursor.repair);
+            let started_bytes = u64::from(cursor.in_flight)
+                * self.geometry.chunk_bytes()
+                * self.geometry.members() as u64;
             let rate = self.scrub_rate();
-            if !self.background_may_run(rate) {
+            if !self.background_may_run(rate, started_bytes) {
                 return progressed;
             }
             let region = self.regions.region_of_stripe(stripe, &self.geometry);
@@ -632,5 +650,33 @@ impl Engine {
         *in_flight -= 1;
         cursor.current_skipped |= skipped;
         self.counters.resynced_stripes += u64::from(!skipped);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PACING_WINDOW_US, Pacer};
+
+    #[test]
+    fn the_share_counts_work_already_started() {
+        let mut pacer = Pacer::default();
+        // One window in which hosts moved 7,000 bytes; at 30% background may move 3,000.
+        assert!(pacer.allows(0, 0, 0, 0, 30), "no host I/O: no limit");
+        let now = PACING_WINDOW_US;
+        assert!(pacer.allows(now, 7_000, 0, 0, 30));
+        assert!(pacer.allows(now, 7_000, 0, 2_999, 30));
+        assert!(
+            !pacer.allows(now, 7_000, 0, 3_000, 30),
+            "started work counts"
+        );
+        assert!(
+            !pacer.allows(now, 7_000, 1_000, 2_000, 30),
+            "finished and started add up"
+        );
+        assert!(pacer.allows(now, 7_000, 1_000, 1_999, 30));
+        assert!(
+            pacer.allows(now, 7_000, 0, 1 << 40, 100),
+            "100% is no limit"
+        );
     }
 }

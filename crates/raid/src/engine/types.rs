@@ -293,8 +293,12 @@ pub struct EngineConfig {
     pub coalesce_window_us: u64,
     /// How long a dirty region stays idle before its write-intent bit is cleared.
     pub dirty_clear_delay_us: u64,
-    /// Stripes rebuilt at once.
+    /// Stripes rebuilt (or scrubbed) at once, at most.
     pub rebuild_window: usize,
+    /// Chunk bytes rebuilt (or chunks of stripes scrubbed) at once, at most: with large chunks
+    /// fewer stripes are in flight, so the arena is not filled by background work. At least
+    /// one stripe always goes.
+    pub rebuild_window_bytes: u64,
     /// Stripes resynced at once.
     pub resync_window: usize,
     /// Rebuild progress is recorded in the superblock at least this often (member bytes).
@@ -312,6 +316,7 @@ impl Default for EngineConfig {
             coalesce_window_us: 200,
             dirty_clear_delay_us: 2_000_000,
             rebuild_window: 4,
+            rebuild_window_bytes: u64::MAX,
             resync_window: 4,
             rebuild_checkpoint_bytes: 64 << 20,
             offload_parity: false,
