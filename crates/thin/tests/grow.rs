@@ -2,7 +2,7 @@
 //! the larger extent, accepts them again, and after a restart over the larger extent every
 //! acknowledged and flushed block reads back as a flat reference disk holds it.
 
-use tessera_thin::{Compression, Config, HostOp, LowerOp, Output, Reply, Store, ThinError};
+use tessera_thin::{Compression, Config, HostOp, Output, Reply, Store, ThinError};
 
 const BLOCK: usize = 4096;
 const STRIPE_BYTES: u64 = 65536 * 3;
@@ -24,29 +24,7 @@ fn run(store: &mut Store, lower: &mut Lower) -> Vec<Reply> {
             Output::Reply(reply) => replies.push(reply),
             Output::Event(_) => {}
             Output::Lower(command) => {
-                let result = match command.op {
-                    LowerOp::Read {
-                        offset_bytes,
-                        len_bytes,
-                    }
-                    | LowerOp::ReadAround {
-                        offset_bytes,
-                        len_bytes,
-                        ..
-                    } => Some(lower.image[offset_bytes as usize..][..len_bytes as usize].to_vec()),
-                    LowerOp::Write { offset_bytes, data } => {
-                        lower.image[offset_bytes as usize..][..data.len()].copy_from_slice(&data);
-                        None
-                    }
-                    LowerOp::Trim {
-                        offset_bytes,
-                        len_bytes,
-                    } => {
-                        lower.image[offset_bytes as usize..][..len_bytes as usize].fill(0);
-                        None
-                    }
-                    LowerOp::Flush => None,
-                };
+                let result = command.op.apply_to(&mut lower.image);
                 store.lower_done(command.id, Ok(result));
             }
         }
