@@ -17,10 +17,12 @@
 //! | 60 | 4 | zero |
 //! | 64 | .. | descriptors, then payload from the next 512-byte boundary |
 //!
-//! An entry descriptor is 16 bytes (kind: 1 redo, 2 intent; three zero bytes; write count u32;
-//! stripe u64) followed by 16 bytes per write (column: data index, or 0x80 | parity index;
-//! three zero bytes; length u32; offset within the chunk u64). Redo payloads follow in
-//! descriptor order, each a whole number of sectors.
+//! An entry descriptor is 16 bytes (kind: 1 redo, 2 intent, 3 partial parity; three zero bytes;
+//! write count u32; stripe u64) followed by 16 bytes per write (column: data index, or 0x80 |
+//! parity index; three zero bytes; length u32; offset within the chunk u64). Redo and partial
+//! parity payloads follow in descriptor order, each a whole number of sectors. A partial parity
+//! entry has exactly one write, naming the data column the update wrote; its payload is the
+//! parity of the stripe's other data columns over that range.
 
 use crate::geometry::Column;
 use crate::superblock::Uuid;
@@ -36,6 +38,7 @@ const DESCRIPTOR_BYTES: usize = 16;
 const WRITE_BYTES: usize = 16;
 const KIND_REDO: u8 = 1;
 const KIND_INTENT: u8 = 2;
+const KIND_PARTIAL_PARITY: u8 = 3;
 const PARITY_FLAG: u8 = 0x80;
 
 /// What replaying an entry does.
@@ -47,6 +50,17 @@ pub enum EntryKind {
     /// A full-stripe write, recorded by stripe only: replay recomputes the stripe's parity from
     /// its data.
     Intent,
+    /// A RAID5 update of one data column: the payload is the XOR of the stripe's other data
+    /// columns over the written range, so replay sets parity to it XOR that column as it is on
+    /// its member, whichever sectors of the update reached it.
+    PartialParity,
+}
+
+impl EntryKind {
+    /// Whether the entry's writes carry payload bytes.
+    pub fn has_payload(self) -> bool {
+        self != EntryKind::Intent
+    }
 }
 
 /// One block write of a redo entry: `len_bytes` at `within_bytes` of `column` of the stripe.
@@ -130,7 +144,7 @@ fn payload_start(descriptor_bytes: usize) -> usize {
 pub fn batch_bytes(entries: &[EntryDescriptor]) -> u64 {
     let payload: u64 = entries
         .iter()
-        .filter(|entry| entry.kind == EntryKind::Redo)
+        .filter(|entry| entry.kind.has_payload())
         .flat_map(|entry| entry.writes.iter())
         .map(|write| write.len_bytes)
         .sum();
@@ -141,9 +155,10 @@ pub fn batch_bytes(entries: &[EntryDescriptor]) -> u64 {
 /// Bytes a batch with one more entry would take, given the current descriptor and payload
 /// totals (for deciding when to seal a batch).
 pub fn entry_cost_bytes(entry: &EntryDescriptor) -> u64 {
-    let payload: u64 = match entry.kind {
-        EntryKind::Redo => entry.writes.iter().map(|write| write.len_bytes).sum(),
-        EntryKind::Intent => 0,
+    let payload: u64 = if entry.kind.has_payload() {
+        entry.writes.iter().map(|write| write.len_bytes).sum()
+    } else {
+        0
     };
     (DESCRIPTOR_BYTES + entry.writes.len() * WRITE_BYTES) as u64 + payload
 }
@@ -161,8 +176,19 @@ pub fn encode_batch(
 ) {
     let total = batch_bytes(entries);
     assert_eq!(out.len() as u64, total, "batch buffer size");
-    out.fill(0);
     let descriptors = descriptor_bytes(entries);
+    // Payloads are written whole below, so only the rest is cleared (zeroing the whole batch
+    // first cost as much as copying the payloads).
+    let payload_begin = payload_start(descriptors);
+    let payload_end = payload_begin
+        + entries
+            .iter()
+            .filter(|entry| entry.kind.has_payload())
+            .flat_map(|entry| entry.writes.iter())
+            .map(|write| write.len_bytes as usize)
+            .sum::<usize>();
+    out[..payload_begin].fill(0);
+    out[payload_end..].fill(0);
     out[0..8].copy_from_slice(&BATCH_MAGIC);
     out[8..12].copy_from_slice(&BATCH_VERSION.to_le_bytes());
     out[16..32].copy_from_slice(&group_uuid.0);
@@ -185,6 +211,7 @@ pub fn encode_batch(
         out[at] = match entry.kind {
             EntryKind::Redo => KIND_REDO,
             EntryKind::Intent => KIND_INTENT,
+            EntryKind::PartialParity => KIND_PARTIAL_PARITY,
         };
         out[at + 4..at + 8].copy_from_slice(
             &u32::try_from(entry.writes.len())
@@ -207,7 +234,7 @@ pub fn encode_batch(
             );
             out[at + 8..at + 16].copy_from_slice(&write.within_bytes.to_le_bytes());
             at += WRITE_BYTES;
-            if entry.kind == EntryKind::Redo {
+            if entry.kind.has_payload() {
                 let len = write.len_bytes as usize;
                 payload(
                     entry_index,
@@ -276,6 +303,7 @@ pub fn decode_batch(bytes: &[u8], group_uuid: Uuid) -> Result<Batch, BatchError>
         let kind = match image[at] {
             KIND_REDO => EntryKind::Redo,
             KIND_INTENT => EntryKind::Intent,
+            KIND_PARTIAL_PARITY => EntryKind::PartialParity,
             _ => return Err(BatchError::Malformed("entry kind")),
         };
         let writes = u32::from_le_bytes(image[at + 4..at + 8].try_into().expect("4 bytes"));
@@ -307,10 +335,17 @@ pub fn decode_batch(bytes: &[u8], group_uuid: Uuid) -> Result<Batch, BatchError>
                 len_bytes,
             });
             at += WRITE_BYTES;
-            if kind == EntryKind::Redo {
+            if kind.has_payload() {
                 offsets.push(payload_at);
                 payload_at += len_bytes;
             }
+        }
+        if kind == EntryKind::PartialParity
+            && (entry.writes.len() != 1 || !matches!(entry.writes[0].column, Column::Data(_)))
+        {
+            return Err(BatchError::Malformed(
+                "partial parity names one data column",
+            ));
         }
         entries.push(entry);
         payload_offsets.push(offsets);
@@ -356,15 +391,68 @@ mod tests {
                 stripe: 9,
                 writes: Vec::new(),
             },
+            EntryDescriptor {
+                kind: EntryKind::PartialParity,
+                stripe: 11,
+                writes: vec![WriteDescriptor {
+                    column: Column::Data(1),
+                    within_bytes: 512,
+                    len_bytes: 512,
+                }],
+            },
         ]
     }
 
-    fn encode(entries: &[EntryDescriptor]) -> Vec<u8> {
-        let mut out = vec![0u8; batch_bytes(entries) as usize];
+    fn encode_over(entries: &[EntryDescriptor], fill: u8) -> Vec<u8> {
+        let mut out = vec![fill; batch_bytes(entries) as usize];
         encode_batch(&mut out, uuid(3), 42, 40, entries, |entry, write, bytes| {
             bytes.fill((entry * 16 + write + 1) as u8)
         });
         out
+    }
+
+    fn encode(entries: &[EntryDescriptor]) -> Vec<u8> {
+        encode_over(entries, 0)
+    }
+
+    #[test]
+    fn encoding_does_not_depend_on_what_the_buffer_held() {
+        let entries = sample();
+        assert_eq!(encode_over(&entries, 0), encode_over(&entries, 0xa5));
+        let image = encode_over(&entries, 0xa5);
+        let batch = decode_batch(&image, uuid(3)).unwrap();
+        let end = batch.payload_offsets[2][0] as usize + 512;
+        assert!(image[end..].iter().all(|&b| b == 0), "padding is zero");
+    }
+
+    #[test]
+    fn a_partial_parity_entry_names_exactly_one_data_column() {
+        for writes in [
+            vec![],
+            vec![WriteDescriptor {
+                column: Column::Parity(0),
+                within_bytes: 0,
+                len_bytes: 512,
+            }],
+            vec![
+                WriteDescriptor {
+                    column: Column::Data(0),
+                    within_bytes: 0,
+                    len_bytes: 512,
+                };
+                2
+            ],
+        ] {
+            let entries = vec![EntryDescriptor {
+                kind: EntryKind::PartialParity,
+                stripe: 3,
+                writes,
+            }];
+            assert!(matches!(
+                decode_batch(&encode(&entries), uuid(3)),
+                Err(BatchError::Malformed(_))
+            ));
+        }
     }
 
     #[test]
@@ -382,6 +470,9 @@ mod tests {
         assert!(image[first..first + 1024].iter().all(|&b| b == 1));
         assert!(image[second..second + 1024].iter().all(|&b| b == 2));
         assert_eq!(first % 512, 0);
+        let partial = batch.payload_offsets[2][0] as usize;
+        assert_eq!(partial, second + 1024);
+        assert!(image[partial..partial + 512].iter().all(|&b| b == 33));
     }
 
     #[test]

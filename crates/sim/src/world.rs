@@ -1099,7 +1099,10 @@ impl World {
         let deadline = self.now_us + 60_000_000;
         while !self.engine.as_ref().expect("engine").is_stopped() {
             if self.now_us > deadline {
-                return Err("liveness: clean stop did not finish".into());
+                return Err(format!(
+                    "liveness: clean stop did not finish: {}",
+                    self.engine.as_ref().expect("engine").debug_summary()
+                ));
             }
             let before = (self.now_us, self.queue.len());
             self.step()?;

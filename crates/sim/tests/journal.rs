@@ -25,12 +25,11 @@ fn config() -> EngineConfig {
     }
 }
 
-/// A RAID5 group of three members (two data chunks per stripe) with chunk 0 holding `A` and
-/// chunk 1 holding `C`, both durable.
-fn group(mode: JournalMode) -> Harness {
+/// A new group, started.
+fn started(level: Level, members: usize, mode: JournalMode) -> Harness {
     let mut h = Harness::with_journal(
-        Level::Raid5,
-        3,
+        level,
+        members,
         CHUNK,
         MEMBER_BYTES,
         config(),
@@ -38,6 +37,13 @@ fn group(mode: JournalMode) -> Harness {
         mode,
     );
     h.settle();
+    h
+}
+
+/// A RAID5 group of three members (two data chunks per stripe) with chunk 0 holding `A` and
+/// chunk 1 holding `C`, both durable.
+fn group(mode: JournalMode) -> Harness {
+    let mut h = started(Level::Raid5, 3, mode);
     if mode == JournalMode::AlwaysOn {
         assert!(
             h.engine.journal_covering(),
@@ -179,25 +185,47 @@ fn with_the_journal_a_torn_update_and_a_lost_member_lose_nothing() {
 }
 
 #[test]
-fn a_torn_journal_copy_is_skipped_and_the_other_copy_replayed() {
+fn a_one_chunk_update_journals_only_its_partial_parity() {
     let mut h = group(JournalMode::AlwaysOn);
+    let before = h.engine.status().counters.journal_bytes;
     h.submit_write(CHUNK, &[0xBB; CHUNK as usize]);
-    // The batch reaches its copies; no in-place write does.
     let copies = run_until_stuck(&mut h, |_, _, target| target == Target::Journal);
     assert_eq!(copies.len(), 2, "RAID5 keeps two journal copies");
-    let (damaged, offset) = copies[0];
-    h.members[damaged][offset as usize + 100] ^= 0x40;
-    let lost = holder(&h, Column::Data(0));
-    let lost = if lost == copies[1].0 {
-        // Keep the intact copy: lose the damaged one's member instead if it holds chunk 0.
-        holder(&h, Column::Parity(0))
-    } else {
-        lost
-    };
-    let images = crash_and_lose(h, &[lost]);
-    let mut h = Harness::assemble(images, config(), parity());
-    assert_filled(&h.read(0, CHUNK).unwrap(), 0xAA, "chunk 0");
-    assert_filled(&h.read(CHUNK, CHUNK).unwrap(), 0xBB, "chunk 1");
+    // Per copy one 4 KiB partial parity and its header, two 4 KiB blocks: a redo entry would
+    // carry data and parity, three.
+    let bytes = h.engine.status().counters.journal_bytes - before;
+    assert_eq!(bytes, 2 * 8192, "journal bytes of the batch");
+}
+
+#[test]
+fn a_torn_journal_copy_is_skipped_and_the_other_copy_replayed() {
+    // The copies rotate over the members: find a batch whose two copies both survive the loss
+    // of chunk 0's member, so that only the intact copy can make the stripe agree.
+    for shift in 0..3 {
+        let mut h = group(JournalMode::AlwaysOn);
+        for _ in 0..shift {
+            h.write(CHUNK, &[0xCC; CHUNK as usize]).unwrap();
+        }
+        let chunk0_member = holder(&h, Column::Data(0));
+        let chunk1_member = holder(&h, Column::Data(1));
+        h.submit_write(CHUNK, &[0xBB; CHUNK as usize]);
+        // The batch reaches its copies and chunk 1 its new data; parity never gets its update.
+        let copies = run_until_stuck(&mut h, |member, _, target| {
+            target == Target::Journal || member == chunk1_member
+        });
+        assert_eq!(copies.len(), 2, "RAID5 keeps two journal copies");
+        if copies.iter().any(|&(member, _)| member == chunk0_member) {
+            continue;
+        }
+        let (damaged, offset) = copies[0];
+        h.members[damaged][offset as usize + 100] ^= 0x40;
+        let images = crash_and_lose(h, &[chunk0_member]);
+        let mut h = Harness::assemble(images, config(), parity());
+        assert_filled(&h.read(0, CHUNK).unwrap(), 0xAA, "chunk 0");
+        assert_filled(&h.read(CHUNK, CHUNK).unwrap(), 0xBB, "chunk 1");
+        return;
+    }
+    panic!("no batch had both copies away from chunk 0's member");
 }
 
 #[test]
@@ -219,15 +247,16 @@ fn a_batch_torn_on_every_copy_is_never_replayed() {
     assert_filled(&h.read(CHUNK, CHUNK).unwrap(), 0xCC, "chunk 1");
 }
 
-#[test]
-fn a_crash_during_replay_replays_again() {
+/// Writes `data` at `offset_bytes` (its journal entry durable, nothing in place), cuts the
+/// power, lets replay write `allowed` blocks in place before the power goes again, then
+/// assembles once more without chunk 0's member.
+fn crash_during_replay(offset_bytes: u64, data: &[u8], allowed: i32) -> Harness {
     let mut h = group(JournalMode::AlwaysOn);
-    h.submit_write(CHUNK, &[0xBB; CHUNK as usize]);
+    h.submit_write(offset_bytes, data);
     run_until_stuck(&mut h, |_, _, target| target == Target::Journal);
     let images = crash_and_lose(h, &[]);
     let mut h = Harness::assemble_unstarted(images, config(), parity());
-    // Replay writes its first block in place, then the power goes again.
-    let mut allowed = 1;
+    let mut allowed = allowed;
     run_until_stuck(&mut h, |_, _, target| {
         if target == Target::Data {
             allowed -= 1;
@@ -242,9 +271,116 @@ fn a_crash_during_replay_replays_again() {
     );
     let lost = holder(&h, Column::Data(0));
     let images = crash_and_lose(h, &[lost]);
-    let mut h = Harness::assemble(images, config(), parity());
+    Harness::assemble(images, config(), parity())
+}
+
+#[test]
+fn a_crash_during_replay_replays_again() {
+    // A redo entry (the update spans both data chunks): replay writes its first block in
+    // place, then the power goes again.
+    let half = CHUNK as usize / 2;
+    let mut h = crash_during_replay(half as u64, &[0xBB; CHUNK as usize], 1);
+    let mut chunk0 = vec![0xAA; half];
+    chunk0.extend_from_slice(&[0xBB; CHUNK as usize / 2]);
+    assert_eq!(h.read(0, CHUNK).unwrap(), chunk0, "chunk 0");
+    let mut chunk1 = vec![0xBB; half];
+    chunk1.extend_from_slice(&[0xCC; CHUNK as usize / 2]);
+    assert_eq!(h.read(CHUNK, CHUNK).unwrap(), chunk1, "chunk 1");
+    // A partial parity entry: replay reads the data and the power goes before its parity
+    // write lands.
+    let mut h = crash_during_replay(CHUNK, &[0xBB; CHUNK as usize], 0);
     assert_filled(&h.read(0, CHUNK).unwrap(), 0xAA, "chunk 0");
-    assert_filled(&h.read(CHUNK, CHUNK).unwrap(), 0xBB, "chunk 1");
+    let chunk1 = h.read(CHUNK, CHUNK).unwrap();
+    assert!(
+        chunk1.iter().all(|&b| b == 0xCC),
+        "the update never reached chunk 1 and was never acknowledged"
+    );
+}
+
+/// Member write caches: writes since each member's last flush, lost by a power cut.
+type Caches = Vec<Vec<(usize, Vec<u8>)>>;
+
+/// Carries out the engine's commands with volatile member caches: a write is acknowledged at
+/// once but reaches the member image only with the member's next flush; reads see the cache.
+fn run_with_caches(h: &mut Harness, caches: &mut Caches) {
+    caches.resize(h.members.len(), Vec::new());
+    while let Some(command) = h.engine.poll() {
+        let Command::Member(command) = command else {
+            continue;
+        };
+        let member = command.member;
+        match command.op {
+            MemberOp::Read {
+                offset_bytes,
+                buffer,
+            } => {
+                let start = offset_bytes as usize;
+                let out = h.engine.pool_mut().bytes_mut(buffer);
+                let end = start + out.len();
+                out.copy_from_slice(&h.members[member][start..end]);
+                for (at, data) in &caches[member] {
+                    let (from, to) = (start.max(*at), end.min(at + data.len()));
+                    if from < to {
+                        out[from - start..to - start].copy_from_slice(&data[from - at..to - at]);
+                    }
+                }
+            }
+            MemberOp::Write {
+                offset_bytes,
+                buffer,
+            } => {
+                let data = h.engine.pool().bytes(buffer).to_vec();
+                caches[member].push((offset_bytes as usize, data));
+            }
+            MemberOp::Flush => {
+                for (at, data) in std::mem::take(&mut caches[member]) {
+                    h.members[member][at..at + data.len()].copy_from_slice(&data);
+                }
+            }
+        }
+        h.engine.complete(command.id, Ok(()));
+    }
+}
+
+#[test]
+fn an_update_over_an_unretired_partial_parity_waits_for_it() {
+    // Chunk 1 is rewritten (a partial parity entry), then chunk 0 over the same range before
+    // anything is flushed. Had the second update not waited for the first to retire, its
+    // partial parity would assume chunk 1's new contents, which the power cut takes away when
+    // no flush reached chunk 1's member; replay would then leave parity that rebuilds chunk 2,
+    // flushed long before, wrong. Batches rotate over the members, so every starting point of
+    // the rotation is tried.
+    for shift in 0..5 {
+        let mut h = started(Level::Raid5, 5, JournalMode::AlwaysOn);
+        for (chunk, byte) in [(0, 0xAA), (1, 0xCC), (2, 0x22), (3, 0x33)] {
+            h.write(chunk * CHUNK, &[byte; CHUNK as usize]).unwrap();
+        }
+        for _ in 0..shift {
+            h.write(3 * CHUNK, &[0x33; CHUNK as usize]).unwrap();
+        }
+        h.flush().unwrap();
+        let mut caches = Caches::new();
+        h.submit_write(CHUNK, &[0xBB; CHUNK as usize]);
+        run_with_caches(&mut h, &mut caches);
+        h.submit_write(0, &[0x11; CHUNK as usize]);
+        run_with_caches(&mut h, &mut caches);
+        assert!(h.engine.is_idle(), "both writes finished");
+        let lost = holder(&h, Column::Data(2));
+        let images = crash_and_lose(h, &[lost]);
+        let mut h = Harness::assemble(images, config(), parity());
+        assert_filled(
+            &h.read(2 * CHUNK, CHUNK).unwrap(),
+            0x22,
+            &format!("rotation {shift}: chunk 2"),
+        );
+        for (chunk, old, new) in [(0, 0xAA, 0x11), (1, 0xCC, 0xBB)] {
+            let data = h.read(chunk * CHUNK, CHUNK).unwrap();
+            assert!(
+                data.iter().all(|&b| b == old) || data.iter().all(|&b| b == new),
+                "rotation {shift}: chunk {chunk} holds its old or its new contents, whole"
+            );
+        }
+    }
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! `crate::journal`; replay after a crash is in `replay.rs`.
 
 use super::hashing::NumberMap;
-use super::stripe::Stage;
+use super::stripe::{Fragment, Kind, Stage, StripeOp};
 use super::{Engine, GroupState, MemberError, MemberOp, OpId, Owner};
 use crate::geometry::Column;
 use crate::journal::{self as format, BATCH_ALIGN_BYTES, EntryDescriptor, EntryKind};
@@ -112,6 +112,19 @@ struct BatchState {
     copies_ok: u32,
     carried_retired_below: u64,
     intents: Vec<u64>,
+    /// Stripes of its partial parity entries.
+    partials: Vec<u64>,
+}
+
+/// A partial parity entry not yet retired: its data column's in-place write may not be
+/// durable, so parity computed over that range by a later update could disagree with what a
+/// crash leaves.
+#[derive(Clone, Copy, Debug)]
+struct UnretiredPartial {
+    sequence: u64,
+    index: usize,
+    start_bytes: u64,
+    end_bytes: u64,
 }
 
 /// Whether every stripe update is journaled, as recorded in the superblock.
@@ -157,7 +170,10 @@ pub(crate) struct Journal {
     intents: NumberMap<u64>,
     /// The newest batch touching each region, until it is below the durable retirement point.
     region_sequences: NumberMap<u64>,
-    /// Partial writes waiting for a full-stripe write on their stripe to retire.
+    /// Partial parity entries not yet retired, by stripe.
+    partials: NumberMap<Vec<UnretiredPartial>>,
+    /// Updates waiting for a full-stripe write or a partial parity entry on their stripe to
+    /// retire.
     intent_waiters: Vec<OpId>,
     /// New stripe updates are journaled.
     pub(crate) active: bool,
@@ -205,6 +221,7 @@ impl Journal {
             durable_retired_below: floor,
             intents: NumberMap::default(),
             region_sequences: NumberMap::default(),
+            partials: NumberMap::default(),
             intent_waiters: Vec::new(),
             active: covering,
             coverage: if covering {
@@ -257,6 +274,23 @@ impl Journal {
         self.region_sequences
             .get(&region)
             .is_none_or(|&sequence| sequence < self.durable_retired_below)
+    }
+
+    /// What the journal holds, for liveness reports.
+    pub(crate) fn debug_summary(&self) -> String {
+        format!(
+            "open {}, committing {}, batches {} ({} done), waiters {}, partial stripes {}, \
+             intents {}, flush running {}, coverage {:?}",
+            self.open.len(),
+            self.committing,
+            self.batches.len(),
+            self.done_batches,
+            self.intent_waiters.len(),
+            self.partials.len(),
+            self.intents.len(),
+            self.flush_running,
+            self.coverage
+        )
     }
 
     pub(crate) fn is_idle(&self) -> bool {
@@ -348,14 +382,63 @@ impl Engine {
         kind_is_write && self.journal.active && self.geometry.parity_chunks() > 0
     }
 
-    /// A partial write must not start on a stripe whose full-stripe write is not retired: its
-    /// redo entry would be computed over data that a crash could still tear.
-    pub(super) fn journal_blocks_partial(&mut self, id: OpId, stripe: u64, full: bool) -> bool {
-        if full || !self.journal.has_intent(stripe) {
+    /// An update must not start over data that a crash could still tear and that no entry
+    /// would restore: its entry would be computed over it. That is a partial write on a stripe
+    /// whose full-stripe write is not retired, and an update whose parity range meets the range
+    /// of an unretired partial parity entry of another column (replay recomputes that parity
+    /// from the column as the crash left it, and this update's parity would assume the new
+    /// contents). A full-stripe write waits for neither: replay resyncs its stripe.
+    pub(super) fn journal_blocks_update(&mut self, id: OpId, op: &StripeOp) -> bool {
+        let Kind::Write { fragments } = &op.kind else {
+            return false;
+        };
+        if op.covers_full_stripe(self.geometry.data_chunks(), self.geometry.chunk_bytes()) {
             return false;
         }
-        self.journal.intent_waiters.push(id);
-        true
+        let blocked = self.journal.has_intent(op.stripe)
+            || self
+                .journal
+                .partials
+                .get(&op.stripe)
+                .is_some_and(|partials| partials.iter().any(|p| meets(p, fragments)));
+        if blocked {
+            self.journal.intent_waiters.push(id);
+        }
+        blocked
+    }
+
+    /// The partial parity entry of a RAID5 update of one data column on an optimal group: the
+    /// XOR of the new parity and the new data over the written range, which is the parity of
+    /// the other data columns there (half the bytes of a redo entry). `None` when a redo entry
+    /// is needed.
+    pub(super) fn partial_parity_entry(
+        &mut self,
+        fragments: &[Fragment],
+        parity_writes: &[(usize, BufferSlice, u64)],
+        spare: Option<BufferSlice>,
+    ) -> Option<(Column, u64, BufferSlice)> {
+        let ([fragment], [(0, parity, parity_start)]) = (fragments, parity_writes) else {
+            return None;
+        };
+        // Replay needs the written column and parity on their members, and every other column
+        // as it is: a degraded stripe keeps redo entries.
+        if self.geometry.parity_chunks() != 1
+            || self.members.group_state(&self.geometry) != GroupState::Optimal
+        {
+            return None;
+        }
+        let len = fragment.range.len() as usize;
+        let at = fragment.range.start_bytes.checked_sub(*parity_start)? as usize;
+        let out = spare.filter(|spare| spare.len() == len)?;
+        if at + len > parity.len() {
+            return None;
+        }
+        self.generate_parity(&[parity.sub(at, len), fragment.buffer], &[out]);
+        Some((
+            Column::Data(fragment.index),
+            fragment.range.start_bytes,
+            out,
+        ))
     }
 
     /// Queues the op's entry for the next batch.
@@ -364,15 +447,11 @@ impl Engine {
         op: OpId,
         stripe: u64,
         region: u64,
-        intent: bool,
+        kind: EntryKind,
         writes: Vec<(Column, u64, BufferSlice)>,
     ) {
         let descriptor = EntryDescriptor {
-            kind: if intent {
-                EntryKind::Intent
-            } else {
-                EntryKind::Redo
-            },
+            kind,
             stripe,
             writes: writes
                 .iter()
@@ -383,10 +462,10 @@ impl Engine {
                 })
                 .collect(),
         };
-        let payload = if intent {
-            Vec::new()
-        } else {
+        let payload = if kind.has_payload() {
             writes.iter().map(|&(_, _, buffer)| buffer).collect()
+        } else {
+            Vec::new()
         };
         self.journal.open.push_back(OpenEntry {
             op,
@@ -644,13 +723,33 @@ impl Engine {
             );
         }
         let mut intents = Vec::new();
+        let mut partials = Vec::new();
         let mut ops = Vec::new();
         for entry in &entries {
-            if entry.descriptor.kind == EntryKind::Intent {
-                intents.push(entry.descriptor.stripe);
-                self.journal
-                    .intents
-                    .insert(entry.descriptor.stripe, sequence);
+            let stripe = entry.descriptor.stripe;
+            match entry.descriptor.kind {
+                EntryKind::Intent => {
+                    intents.push(stripe);
+                    self.journal.intents.insert(stripe, sequence);
+                }
+                EntryKind::PartialParity => {
+                    let write = entry.descriptor.writes[0];
+                    let Column::Data(index) = write.column else {
+                        unreachable!("a partial parity entry names a data column")
+                    };
+                    partials.push(stripe);
+                    self.journal
+                        .partials
+                        .entry(stripe)
+                        .or_default()
+                        .push(UnretiredPartial {
+                            sequence,
+                            index,
+                            start_bytes: write.within_bytes,
+                            end_bytes: write.within_bytes + write.len_bytes,
+                        });
+                }
+                EntryKind::Redo => {}
             }
             self.journal.region_sequences.insert(entry.region, sequence);
             ops.push(entry.op);
@@ -672,6 +771,7 @@ impl Engine {
                 copies_ok: 0,
                 carried_retired_below: retired_below,
                 intents,
+                partials,
             },
         );
         self.journal.committing += 1;
@@ -856,6 +956,14 @@ impl Engine {
                     self.journal.intents.remove(&stripe);
                 }
             }
+            for stripe in batch.partials {
+                if let Some(partials) = self.journal.partials.get_mut(&stripe) {
+                    partials.retain(|partial| partial.sequence != sequence);
+                    if partials.is_empty() {
+                        self.journal.partials.remove(&stripe);
+                    }
+                }
+            }
         }
         let waiters = std::mem::take(&mut self.journal.intent_waiters);
         self.ready.extend(waiters);
@@ -882,4 +990,17 @@ impl Engine {
         }
         op.stage = Stage::Writing;
     }
+}
+
+/// Whether an update writing `fragments` computes parity over part of `partial`'s range for a
+/// column other than the partial's own. Parity is computed over the span of the fragments.
+fn meets(partial: &UnretiredPartial, fragments: &[Fragment]) -> bool {
+    let start = fragments.iter().map(|f| f.range.start_bytes).min();
+    let end = fragments.iter().map(|f| f.range.end_bytes).max();
+    let (Some(start), Some(end)) = (start, end) else {
+        return false;
+    };
+    let overlaps = start < partial.end_bytes && partial.start_bytes < end;
+    let own_column_only = fragments.iter().all(|f| f.index == partial.index);
+    overlaps && !own_column_only
 }

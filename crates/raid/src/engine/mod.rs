@@ -87,8 +87,9 @@ enum Owner {
         offset_bytes: u64,
         buffer: BufferId,
     },
-    /// Reading a batch to replay, or writing one of its blocks in place.
-    JournalReplay { write: bool },
+    /// Replaying a batch: reading it, reading a data range a partial parity entry needs, or
+    /// writing a block in place.
+    JournalReplay { io: replay::ReplayIo },
 }
 
 struct InFlight {
@@ -333,7 +334,7 @@ impl Engine {
             })
             .collect();
         format!(
-            "in flight {}, requests {}, deferred {}, ops {} {:?}, waiting for memory {}, flushes {}, parked {}, pool used {}/{} bytes, phase {:?}",
+            "in flight {}, requests {}, deferred {}, ops {} {:?}, waiting for memory {}, flushes {}, parked {}, pool used {}/{} bytes, phase {:?}, journal {}",
             self.in_flight.len(),
             self.requests.len(),
             self.deferred.len(),
@@ -344,7 +345,8 @@ impl Engine {
             self.parked.len(),
             self.pool.used_bytes(),
             self.pool.capacity_bytes(),
-            self.phase
+            self.phase,
+            self.journal.debug_summary()
         )
     }
 
@@ -501,7 +503,7 @@ impl Engine {
                 offset_bytes,
                 buffer,
             } => self.journal_scan_done(member, offset_bytes, buffer, result),
-            Owner::JournalReplay { write } => self.journal_replay_io_done(write, result),
+            Owner::JournalReplay { io } => self.journal_replay_io_done(io, result),
         }
         self.pump();
     }

@@ -1,8 +1,10 @@
 //! Journal replay at assembly, before the group serves I/O: scan every present member's
 //! journal area for valid batches (at every assembly, so new batches are numbered above all
-//! found), and if the superblock says the journal covers the group, redo the entries above
-//! the retirement point in sequence order, recompute the parity of stripes that had full-stripe writes in flight, flush, and
-//! only then trust the stripes (clear the regions awaiting resync).
+//! found), and if the superblock says the journal covers the group, apply the entries above
+//! the retirement point in sequence order (redo: write the blocks again; partial parity: read
+//! the written data range, XOR, write parity), recompute the parity of stripes that had
+//! full-stripe writes in flight, flush, and only then trust the stripes (clear the regions
+//! awaiting resync).
 //!
 //! A crash during replay leaves the journal as it was (replay writes only data areas and the
 //! superblock floor comes last), so the next assembly replays again; redo is idempotent.
@@ -13,7 +15,43 @@ use super::{Engine, MemberError, MemberOp, Owner};
 use crate::geometry::Column;
 use crate::journal::{self as format, BATCH_ALIGN_BYTES, BatchError, EntryKind};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use tessera_buffer::BufferId;
+use tessera_buffer::{BufferId, BufferSlice};
+
+/// What a replay I/O is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReplayIo {
+    /// Reading a copy of the batch being applied.
+    Batch,
+    /// Reading the data range a partial parity entry was made for.
+    Data,
+    /// Writing a block in place.
+    Write,
+}
+
+/// A partial parity entry being applied: its data range is read into `data`, XORed with the
+/// payload, and written to the parity member.
+struct PartialParity {
+    data: BufferSlice,
+    payload: BufferSlice,
+    parity_member: usize,
+    parity_offset_bytes: u64,
+}
+
+/// The batch being applied.
+struct Applying {
+    sequence: u64,
+    copy: usize,
+    buffer: BufferId,
+    /// I/O outstanding (data reads and writes).
+    pending: u32,
+    /// Data reads of partial parity entries outstanding, and whether one failed.
+    reads_pending: u32,
+    read_failed: bool,
+    /// Partial parity entries waiting for their data reads.
+    partials: Vec<PartialParity>,
+    /// Buffers of those entries, freed with the batch.
+    scratch: Vec<BufferId>,
+}
 
 /// A batch found on the members: where its copies are.
 struct Found {
@@ -47,8 +85,7 @@ pub(crate) struct Replay {
     queue: VecDeque<u64>,
     /// The newest full-stripe write per stripe among the batches replayed.
     last_intent: BTreeMap<u64, u64>,
-    /// The batch being applied: its sequence, which copy, the buffer, writes outstanding.
-    current: Option<(u64, usize, BufferId, u32)>,
+    current: Option<Applying>,
     resync_queue: VecDeque<u64>,
     resync_in_flight: u32,
     pub(crate) replayed_entries: u64,
@@ -281,7 +318,16 @@ impl Engine {
             .pool
             .alloc(total)
             .expect("a journal batch fits the pool at start-up");
-        replay.current = Some((sequence, copy, buffer, 0));
+        replay.current = Some(Applying {
+            sequence,
+            copy,
+            buffer,
+            pending: 1,
+            reads_pending: 0,
+            read_failed: false,
+            partials: Vec::new(),
+            scratch: Vec::new(),
+        });
         let slice = self.pool.full(buffer);
         self.issue(
             member,
@@ -289,32 +335,72 @@ impl Engine {
                 offset_bytes: self.journal.offset_bytes + offset_bytes,
                 buffer: slice,
             },
-            Owner::JournalReplay { write: false },
+            Owner::JournalReplay {
+                io: ReplayIo::Batch,
+            },
         );
     }
 
-    /// Completion of a replay read (the batch) or write (one of its blocks).
-    pub(super) fn journal_replay_io_done(&mut self, write: bool, result: Result<(), MemberError>) {
+    /// Completion of a replay read (the batch, or a data range) or write (one of its blocks).
+    pub(super) fn journal_replay_io_done(&mut self, io: ReplayIo, result: Result<(), MemberError>) {
         let replay = self.journal.replay.as_mut().expect("replay");
-        let (sequence, copy, buffer, pending) = replay
-            .current
-            .as_mut()
-            .map(|c| *c)
-            .expect("a batch being applied");
-        if write {
+        let current = replay.current.as_mut().expect("a batch being applied");
+        current.pending -= 1;
+        match io {
+            ReplayIo::Batch => self.apply_batch(result),
+            ReplayIo::Data => {
+                current.reads_pending -= 1;
+                if result.is_err() {
+                    // Parity of that stripe stays as the crash left it: not trusted.
+                    current.read_failed = true;
+                    replay.incomplete = true;
+                }
+                if current.reads_pending == 0 {
+                    self.write_partial_parities();
+                }
+            }
             // A failed replay write fails its member (in `complete`); the stripe is then
             // degraded, which the entry was written to survive.
-            let pending = pending - 1;
-            replay.current = Some((sequence, copy, buffer, pending));
-            if pending == 0 {
-                self.pool.free(buffer);
-                let replay = self.journal.replay.as_mut().expect("replay");
-                replay.current = None;
-                replay.queue.pop_front();
-                self.replay_step();
-            }
+            ReplayIo::Write => self.finish_batch_if_done(),
+        }
+    }
+
+    /// The batch being applied.
+    fn applying(&mut self) -> &mut Applying {
+        self.journal
+            .replay
+            .as_mut()
+            .and_then(|replay| replay.current.as_mut())
+            .expect("a batch being applied")
+    }
+
+    /// The batch being applied has no I/O left: move on to the next.
+    fn finish_batch_if_done(&mut self) {
+        let replay = self.journal.replay.as_mut().expect("replay");
+        if replay
+            .current
+            .as_ref()
+            .is_some_and(|current| current.pending > 0)
+        {
             return;
         }
+        let current = replay.current.take().expect("a batch being applied");
+        replay.queue.pop_front();
+        self.pool.free(current.buffer);
+        for buffer in current.scratch {
+            self.pool.free(buffer);
+        }
+        self.replay_step();
+    }
+
+    /// The batch copy was read: redo its entries, and start the data reads of its partial
+    /// parity entries.
+    fn apply_batch(&mut self, result: Result<(), MemberError>) {
+        let replay = self.journal.replay.as_mut().expect("replay");
+        let (sequence, copy, buffer) = {
+            let current = replay.current.as_ref().expect("a batch being applied");
+            (current.sequence, current.copy, current.buffer)
+        };
         let group_uuid = self.superblock.group_uuid;
         let batch = match result {
             Ok(()) => format::decode_batch(self.pool.slice(buffer), group_uuid)
@@ -328,10 +414,12 @@ impl Engine {
             return self.read_batch_copy(sequence, copy + 1);
         };
         let mut writes = Vec::new();
+        let mut partials = Vec::new();
+        let mut scratch_buffers = Vec::new();
         let mut valid = true;
         let mut replayed = 0u64;
         for (entry, offsets) in batch.entries.iter().zip(&batch.payload_offsets) {
-            if entry.kind != EntryKind::Redo {
+            if entry.kind == EntryKind::Intent {
                 continue;
             }
             let replay = self.journal.replay.as_ref().expect("replay");
@@ -343,11 +431,41 @@ impl Engine {
                 // A later full-stripe write replaced everything this entry wrote.
                 continue;
             }
-            if !self.entry_in_geometry(entry) {
+            if !self.entry_in_geometry(entry)
+                || (entry.kind == EntryKind::PartialParity && self.geometry.parity_chunks() != 1)
+            {
                 valid = false;
                 break;
             }
             replayed += 1;
+            if entry.kind == EntryKind::PartialParity {
+                let write = entry.writes[0];
+                let payload = self.slice(buffer, offsets[0], write.len_bytes);
+                let data = self.column_reader(entry.stripe, write.column);
+                let parity = self.column_writers(entry.stripe, Column::Parity(0));
+                // Without the written column its sectors are each old or new in parity as it
+                // is; without parity there is nothing to make agree.
+                if let (Some((member, offset)), [(parity_member, parity_offset)]) =
+                    (data, &parity[..])
+                {
+                    let scratch = self
+                        .pool
+                        .alloc(payload.len())
+                        .expect("a chunk fits the pool at start-up");
+                    scratch_buffers.push(scratch);
+                    partials.push((
+                        member,
+                        offset + write.within_bytes,
+                        PartialParity {
+                            data: self.pool.full(scratch),
+                            payload,
+                            parity_member: *parity_member,
+                            parity_offset_bytes: parity_offset + write.within_bytes,
+                        },
+                    ));
+                }
+                continue;
+            }
             for (write, &payload) in entry.writes.iter().zip(offsets) {
                 for (member, offset) in self.column_writers(entry.stripe, write.column) {
                     writes.push((
@@ -362,17 +480,30 @@ impl Engine {
         if !valid {
             replay.incomplete = true;
             writes.clear();
+            partials.clear();
         }
         replay.replayed_entries += replayed;
         self.counters.journal_replayed_entries += replayed;
-        let count = u32::try_from(writes.len()).expect("writes fit u32");
-        replay.current = Some((sequence, copy, buffer, count));
-        if count == 0 {
-            self.pool.free(buffer);
-            let replay = self.journal.replay.as_mut().expect("replay");
-            replay.current = None;
-            replay.queue.pop_front();
-            return self.replay_step();
+        let mut reads = Vec::new();
+        let mut waiting = Vec::new();
+        for (member, offset_bytes, partial) in partials {
+            reads.push((member, offset_bytes, partial.data));
+            waiting.push(partial);
+        }
+        let current = self.applying();
+        current.pending = u32::try_from(writes.len() + reads.len()).expect("I/O fits u32");
+        current.reads_pending = u32::try_from(reads.len()).expect("reads fit u32");
+        current.partials = waiting;
+        current.scratch = scratch_buffers;
+        for (member, offset_bytes, slice) in reads {
+            self.issue(
+                member,
+                MemberOp::Read {
+                    offset_bytes,
+                    buffer: slice,
+                },
+                Owner::JournalReplay { io: ReplayIo::Data },
+            );
         }
         for (member, offset_bytes, slice) in writes {
             self.issue(
@@ -381,9 +512,49 @@ impl Engine {
                     offset_bytes,
                     buffer: slice,
                 },
-                Owner::JournalReplay { write: true },
+                Owner::JournalReplay {
+                    io: ReplayIo::Write,
+                },
             );
         }
+        self.finish_batch_if_done();
+    }
+
+    /// Every data read of the batch's partial parity entries finished: parity is the data XOR
+    /// the partial parity, written to the parity member (not at all if a read failed).
+    fn write_partial_parities(&mut self) {
+        let replay = self.journal.replay.as_mut().expect("replay");
+        let current = replay.current.as_mut().expect("a batch being applied");
+        let partials = std::mem::take(&mut current.partials);
+        let reads_ok = !current.read_failed;
+        let mut writes = Vec::new();
+        let mut scratch = Vec::new();
+        for partial in partials.into_iter().filter(|_| reads_ok) {
+            let parity = self
+                .pool
+                .alloc(partial.data.len())
+                .expect("a chunk fits the pool at start-up");
+            scratch.push(parity);
+            let parity = self.pool.full(parity);
+            self.generate_parity(&[partial.data, partial.payload], &[parity]);
+            writes.push((partial.parity_member, partial.parity_offset_bytes, parity));
+        }
+        let current = self.applying();
+        current.pending += u32::try_from(writes.len()).expect("writes fit u32");
+        current.scratch.extend(scratch);
+        for (member, offset_bytes, buffer) in writes {
+            self.issue(
+                member,
+                MemberOp::Write {
+                    offset_bytes,
+                    buffer,
+                },
+                Owner::JournalReplay {
+                    io: ReplayIo::Write,
+                },
+            );
+        }
+        self.finish_batch_if_done();
     }
 
     /// Whether an entry names only stripes, columns and ranges this group has.

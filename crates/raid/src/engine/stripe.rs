@@ -10,6 +10,7 @@ use super::host::ReadPiece;
 use super::slab::Key;
 use super::{Engine, GroupEvent, GroupState, HostError, MemberError, MemberOp, OpId, Owner};
 use crate::geometry::{Column, MAX_MEMBERS};
+use crate::journal::EntryKind;
 use crate::plan::{self, ChunkRange, PlanColumn, PlanError, Recovery, StripeWrite, WriteStrategy};
 use crate::superblock::BadRange;
 use tessera_buffer::{BufferId, BufferSlice};
@@ -176,6 +177,9 @@ pub(crate) struct StripeOp {
     /// The batch holding this op's entry, and whether it is durable.
     pub(super) journal_sequence: Option<u64>,
     pub(super) journal_committed: bool,
+    /// `journal_writes` is a partial parity entry (one data column and the parity of the
+    /// others), not a redo entry.
+    pub(super) journal_partial_parity: bool,
     /// A parity write that went out without a journal entry.
     pub(super) unjournaled: bool,
     /// A resync run by journal replay (not by background resync).
@@ -208,6 +212,7 @@ impl StripeOp {
             full_stripe: false,
             journal_sequence: None,
             journal_committed: false,
+            journal_partial_parity: false,
             unjournaled: false,
             journal_replay: false,
             computed: false,
@@ -360,17 +365,7 @@ impl Engine {
                         return true;
                     }
                 }
-                Stage::Plan
-                    if matches!(op.kind, Kind::Write { .. })
-                        && self.journal_blocks_partial(
-                            id,
-                            op.stripe,
-                            op.covers_full_stripe(
-                                self.geometry.data_chunks(),
-                                self.geometry.chunk_bytes(),
-                            ),
-                        ) =>
-                {
+                Stage::Plan if self.journal_blocks_update(id, op) => {
                     return true;
                 }
                 Stage::Plan => match self.plan_op(id, op) {
@@ -423,7 +418,14 @@ impl Engine {
                     self.compute_op(id, op);
                     if op.hold_writes && !op.held_writes.is_empty() {
                         let writes = std::mem::take(&mut op.journal_writes);
-                        self.journal_append(id, op.stripe, op.region, op.full_stripe, writes);
+                        let kind = if op.full_stripe {
+                            EntryKind::Intent
+                        } else if op.journal_partial_parity {
+                            EntryKind::PartialParity
+                        } else {
+                            EntryKind::Redo
+                        };
+                        self.journal_append(id, op.stripe, op.region, kind, writes);
                         op.stage = Stage::Journal;
                     } else {
                         op.hold_writes = false;
@@ -1102,6 +1104,9 @@ impl Engine {
         let fragments = fragments.clone();
         let work = std::mem::replace(&mut op.work, Work::None);
         let mut parity_writes: Vec<(usize, BufferSlice, u64)> = Vec::new();
+        // A scratch slice over a lone fragment's range that nothing reads once parity is
+        // computed: room for a partial parity journal entry without taking more memory.
+        let mut spare: Option<BufferSlice> = None;
         let mut full_stripe = false;
         if let Work::ParityWrite {
             strategy,
@@ -1157,6 +1162,19 @@ impl Engine {
                     if !op.computed {
                         self.generate_parity(&sources, &outputs);
                     }
+                    if let ([fragment], WriteStrategy::ReconstructWrite) =
+                        (&fragments[..], strategy)
+                    {
+                        spare = (0..data_chunks)
+                            .filter(|&index| index != fragment.index)
+                            .find_map(|index| data[index])
+                            .map(|(buffer, base)| {
+                                buffer.sub(
+                                    (fragment.range.start_bytes - base) as usize,
+                                    fragment.range.len() as usize,
+                                )
+                            });
+                    }
                     for (which, buffer) in outputs.into_iter().enumerate() {
                         parity_writes.push((which, buffer, range.start_bytes));
                     }
@@ -1190,6 +1208,9 @@ impl Engine {
                         };
                         let scratch_p = parity_old[0].map(|p| p.sub(at, len));
                         self.update_parity(fragment.index, old, fragment.buffer, p, q, scratch_p);
+                        if fragments.len() == 1 {
+                            spare = Some(old);
+                        }
                     }
                     for (which, &is_writable) in writable.iter().enumerate() {
                         // A parity member that came into sync while this write ran (a rebuild
@@ -1202,7 +1223,14 @@ impl Engine {
                 }
             }
         }
-        if op.hold_writes {
+        if op.hold_writes
+            && let Some(partial) = self.partial_parity_entry(&fragments, &parity_writes, spare)
+        {
+            op.journal_writes = vec![partial];
+            op.journal_partial_parity = true;
+            op.full_stripe = false;
+        } else if op.hold_writes {
+            op.journal_partial_parity = false;
             op.journal_writes = fragments
                 .iter()
                 .map(|f| (Column::Data(f.index), f.range.start_bytes, f.buffer))
