@@ -198,6 +198,48 @@ fn a_one_chunk_update_journals_only_its_partial_parity() {
 }
 
 #[test]
+fn a_partial_parity_entry_without_its_chunk_or_parity_leaves_each_whole() {
+    // The update of chunk 1 is torn either way round (only its data, or only its parity,
+    // lands); then the member it wrote, or the parity member, is lost. Replay cannot use the
+    // partial parity without both, and does not need it: chunk 0 is untouched, and chunk 1 is
+    // its old or its new contents, since each parity sector is old or new.
+    for data_lands in [true, false] {
+        for lose_parity in [false, true] {
+            let mut h = group(JournalMode::AlwaysOn);
+            let chunk1_member = holder(&h, Column::Data(1));
+            let parity_member = holder(&h, Column::Parity(0));
+            let landing = if data_lands {
+                chunk1_member
+            } else {
+                parity_member
+            };
+            h.submit_write(CHUNK, &[0xBB; CHUNK as usize]);
+            run_until_stuck(&mut h, |member, _, target| {
+                target == Target::Journal || member == landing
+            });
+            let lost = if lose_parity {
+                parity_member
+            } else {
+                chunk1_member
+            };
+            let images = crash_and_lose(h, &[lost]);
+            let mut h = Harness::assemble(images, config(), parity());
+            let case = format!("data lands {data_lands}, parity lost {lose_parity}");
+            assert_filled(
+                &h.read(0, CHUNK).unwrap(),
+                0xAA,
+                &format!("{case}: chunk 0"),
+            );
+            let chunk1 = h.read(CHUNK, CHUNK).unwrap();
+            assert!(
+                chunk1.iter().all(|&b| b == 0xBB) || chunk1.iter().all(|&b| b == 0xCC),
+                "{case}: chunk 1 holds its old or its new contents, whole"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_torn_journal_copy_is_skipped_and_the_other_copy_replayed() {
     // The copies rotate over the members: find a batch whose two copies both survive the loss
     // of chunk 0's member, so that only the intact copy can make the stripe agree.
