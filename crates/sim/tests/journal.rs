@@ -240,6 +240,25 @@ fn a_partial_parity_entry_without_its_chunk_or_parity_leaves_each_whole() {
 }
 
 #[test]
+fn a_write_after_a_replayable_redo_entry_keeps_its_data_through_replay() {
+    // A write spanning both chunks (a redo entry), then a one-chunk write over part of it, both
+    // acknowledged and flushed. Until the retirement point passes the first, a replay redoes
+    // it; the second must then be replayed after it with its data, not as a partial parity.
+    let mut h = group(JournalMode::AlwaysOn);
+    let half = CHUNK / 2;
+    h.write(half, &[0xBB; CHUNK as usize]).unwrap();
+    h.write(CHUNK, &[0x77; (CHUNK / 2) as usize]).unwrap();
+    h.flush().unwrap();
+    let images = crash_and_lose(h, &[]);
+    let mut h = Harness::assemble(images, config(), parity());
+    let mut expected = vec![0xAA; half as usize];
+    expected.extend_from_slice(&[0xBB; (CHUNK / 2) as usize]);
+    expected.extend_from_slice(&[0x77; (CHUNK / 2) as usize]);
+    expected.extend_from_slice(&[0xCC; (CHUNK / 2) as usize]);
+    assert_eq!(h.read(0, 2 * CHUNK).unwrap(), expected);
+}
+
+#[test]
 fn a_torn_journal_copy_is_skipped_and_the_other_copy_replayed() {
     // The copies rotate over the members: find a batch whose two copies both survive the loss
     // of chunk 0's member, so that only the intact copy can make the stripe agree.

@@ -172,6 +172,9 @@ pub(crate) struct Journal {
     region_sequences: NumberMap<u64>,
     /// Partial parity entries not yet retired, by stripe.
     partials: NumberMap<Vec<UnretiredPartial>>,
+    /// The newest redo entry of each stripe, until it is below the durable retirement point
+    /// (until then a replay may rewrite its data).
+    redo_sequences: NumberMap<u64>,
     /// Updates waiting for a full-stripe write or a partial parity entry on their stripe to
     /// retire.
     intent_waiters: Vec<OpId>,
@@ -222,6 +225,7 @@ impl Journal {
             intents: NumberMap::default(),
             region_sequences: NumberMap::default(),
             partials: NumberMap::default(),
+            redo_sequences: NumberMap::default(),
             intent_waiters: Vec::new(),
             active: covering,
             coverage: if covering {
@@ -413,6 +417,7 @@ impl Engine {
     /// is needed.
     pub(super) fn partial_parity_entry(
         &mut self,
+        stripe: u64,
         fragments: &[Fragment],
         parity_writes: &[(usize, BufferSlice, u64)],
         spare: Option<BufferSlice>,
@@ -424,6 +429,16 @@ impl Engine {
         // as it is: a degraded stripe keeps redo entries.
         if self.geometry.parity_chunks() != 1
             || self.members.group_state(&self.geometry) != GroupState::Optimal
+        {
+            return None;
+        }
+        // A replay may still rewrite an earlier redo entry's data over this update's, and a
+        // partial parity entry would not write it back (a redo entry, replayed later, does).
+        if self
+            .journal
+            .redo_sequences
+            .get(&stripe)
+            .is_some_and(|&sequence| sequence >= self.journal.durable_retired_below)
         {
             return None;
         }
@@ -749,7 +764,9 @@ impl Engine {
                             end_bytes: write.within_bytes + write.len_bytes,
                         });
                 }
-                EntryKind::Redo => {}
+                EntryKind::Redo => {
+                    self.journal.redo_sequences.insert(stripe, sequence);
+                }
             }
             self.journal.region_sequences.insert(entry.region, sequence);
             ops.push(entry.op);
@@ -840,6 +857,9 @@ impl Engine {
         }
         self.journal
             .region_sequences
+            .retain(|_, &mut newest| newest >= floor);
+        self.journal
+            .redo_sequences
             .retain(|_, &mut newest| newest >= floor);
     }
 

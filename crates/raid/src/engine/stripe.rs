@@ -1224,7 +1224,8 @@ impl Engine {
             }
         }
         if op.hold_writes
-            && let Some(partial) = self.partial_parity_entry(&fragments, &parity_writes, spare)
+            && let Some(partial) =
+                self.partial_parity_entry(op.stripe, &fragments, &parity_writes, spare)
         {
             op.journal_writes = vec![partial];
             op.journal_partial_parity = true;
