@@ -232,6 +232,24 @@ impl Geometry {
         }
     }
 
+    /// Bytes the members write per data byte of a full-stripe write (every copy and parity).
+    pub fn member_bytes_per_data_byte(&self) -> f64 {
+        let data = self.data_chunks();
+        (data * self.copies() + self.parity_chunks()) as f64 / data as f64
+    }
+
+    /// How many copies a read around one copy of a range can be told to avoid: mirrors number
+    /// their copies; parity levels number the data chunks a range touches, at most three for
+    /// a thin drive's stored block (under 4.5 KiB with its sector alignment, against a chunk of
+    /// at least 4 KiB); 0 without redundancy.
+    pub fn read_around_sources(&self) -> u8 {
+        match (self.redundancy(), self.parity_chunks()) {
+            (0, _) => 0,
+            (_, 0) => self.copies() as u8,
+            _ => 3,
+        }
+    }
+
     /// Data bytes of one stripe.
     pub fn stripe_data_bytes(&self) -> u64 {
         self.data_chunks() as u64 * self.chunk_bytes
@@ -409,6 +427,29 @@ mod tests {
 
     fn geometry(level: Level, members: usize) -> Geometry {
         Geometry::new(level, members, 4096, 64 * 4096).unwrap()
+    }
+
+    /// Against the capacity the members give for the capacity the group offers.
+    #[test]
+    fn member_bytes_per_data_byte_is_member_capacity_over_data_capacity() {
+        for level in [
+            Level::Raid0,
+            Level::Raid1,
+            Level::Raid10,
+            Level::Raid5,
+            Level::Raid6,
+        ] {
+            for members in level.min_members()..=8 {
+                let g = geometry(level, members);
+                let expected =
+                    (members as u64 * g.member_data_bytes()) as f64 / g.data_bytes() as f64;
+                assert!(
+                    (g.member_bytes_per_data_byte() - expected).abs() < 1e-9,
+                    "{level:?} x{members}: {} against {expected}",
+                    g.member_bytes_per_data_byte()
+                );
+            }
+        }
     }
 
     /// md's raid5 left-symmetric for 4 members, written out by hand: rows are stripes, entries

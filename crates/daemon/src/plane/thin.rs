@@ -26,8 +26,6 @@ pub(crate) struct ThinDrive {
 /// The store's view of a thin drive in `group`.
 fn store_config(group: &Group, vd: &VdRecord, thin: &ThinRecord) -> Config {
     let geometry = group.engine.geometry();
-    let members = geometry.members() as f64;
-    let data = geometry.data_chunks().max(1) as f64;
     Config {
         store_id: thin.store_id,
         logical_bytes: thin.logical_bytes,
@@ -38,15 +36,8 @@ fn store_config(group: &Group, vd: &VdRecord, thin: &ThinRecord) -> Config {
             Compression::Lz4 => tessera_thin::Compression::Lz4,
             Compression::Zstd => tessera_thin::Compression::Zstd,
         },
-        // The engine reads around one copy: mirrors read another copy; parity levels
-        // reconstruct one of the chunks a block touches (at most three: a stored block and
-        // its sector alignment are under 4.5 KiB, a chunk at least 4 KiB).
-        repair_sources: match (geometry.redundancy(), geometry.parity_chunks()) {
-            (0, _) => 0,
-            (_, 0) => geometry.copies() as u8,
-            _ => 3,
-        },
-        member_bytes_per_data_byte: members / data,
+        repair_sources: geometry.read_around_sources(),
+        member_bytes_per_data_byte: geometry.member_bytes_per_data_byte(),
         low_space_percent: thin.low_space_percent,
     }
 }
