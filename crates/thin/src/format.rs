@@ -282,6 +282,13 @@ impl CheckpointHeader {
     }
 
     /// Any store's checkpoint header (the caller checks `store_id`); `None` if damaged.
+    /// Whether `bytes` start like a header of store `store_id`, intact or not.
+    pub fn names_store(bytes: &[u8], store_id: u64) -> bool {
+        bytes.len() >= CHECKPOINT_HEADER_BYTES
+            && bytes[0..8] == CHECKPOINT_MAGIC
+            && le64(bytes, 8) == store_id
+    }
+
     pub fn decode(bytes: &[u8]) -> Option<CheckpointHeader> {
         if bytes.len() < CHECKPOINT_HEADER_BYTES || bytes[0..8] != CHECKPOINT_MAGIC {
             return None;

@@ -2,78 +2,17 @@
 //! the larger extent, accepts them again, and after a restart over the larger extent every
 //! acknowledged and flushed block reads back as a flat reference disk holds it.
 
-use tessera_thin::{Compression, Config, HostOp, Output, Reply, Store, ThinError};
+use tessera_thin::{HostOp, Store, ThinError};
 
-const BLOCK: usize = 4096;
-const STRIPE_BYTES: u64 = 65536 * 3;
+mod common;
 
-/// A lower device that completes every command at once, in order; writes are durable when
-/// they complete (the store's own ordering is what is under test, not crash tearing).
-struct Lower {
-    image: Vec<u8>,
-}
-
-/// Runs the store until it has nothing to do; returns the replies it gave.
-fn run(store: &mut Store, lower: &mut Lower) -> Vec<Reply> {
-    let mut replies = Vec::new();
-    for _ in 0..1_000_000 {
-        let Some(output) = store.poll() else {
-            return replies;
-        };
-        match output {
-            Output::Reply(reply) => replies.push(reply),
-            Output::Event(_) => {}
-            Output::Lower(command) => {
-                let result = command.op.apply_to(&mut lower.image);
-                store.lower_done(command.id, Ok(result));
-            }
-        }
-    }
-    panic!("the store never went idle");
-}
-
-fn submit(store: &mut Store, lower: &mut Lower, id: u64, op: HostOp) -> Reply {
-    store.submit(id, op);
-    let replies = run(store, lower);
-    replies
-        .into_iter()
-        .find(|reply| reply.id == id)
-        .unwrap_or_else(|| panic!("request {id} was not answered"))
-}
-
-/// Incompressible, different for every (block, version).
-fn block(lba: u64, version: u64) -> Vec<u8> {
-    let mut state = (lba << 20 | version).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..BLOCK)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
-}
-
-fn config(extent_bytes: u64) -> Config {
-    Config {
-        store_id: 0x6e0f,
-        logical_bytes: 256 << 20,
-        extent_bytes,
-        stripe_bytes: STRIPE_BYTES,
-        compression: Compression::Lz4,
-        repair_sources: 1,
-        member_bytes_per_data_byte: 4.0 / 3.0,
-        low_space_percent: 10,
-    }
-}
+use common::{BLOCK, Lower, block, config, run, submit};
 
 #[test]
 fn a_full_store_grown_accepts_writes_and_keeps_them_across_a_restart() {
     let small = 16 << 20;
     let large = 40 << 20;
-    let mut lower = Lower {
-        image: vec![0xa5; large as usize],
-    };
+    let mut lower = Lower::new(large, 0xa5);
     let mut store = Store::create(config(small)).unwrap();
     run(&mut store, &mut lower);
     assert!(store.is_ready());

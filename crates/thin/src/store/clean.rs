@@ -22,9 +22,14 @@ impl Store {
             if self.checkpoint.is_none() && self.cleaning.is_none() && self.merge.is_none() {
                 if self.final_checkpoint_done {
                     self.phase = Phase::Stopped;
-                } else {
+                } else if !self.final_checkpoint_started {
                     self.final_checkpoint_started = true;
-                    self.start_checkpoint();
+                    if !self.start_checkpoint() {
+                        // No room for one: the next start replays the log, as after a crash.
+                        self.seal();
+                        let need = self.sealed_seq();
+                        self.wait_durable(need, Waiter::Stop);
+                    }
                 }
             }
             return;
@@ -166,8 +171,13 @@ impl Store {
 
     /// Writes the whole map as checkpoint records at the head of the log, then (once they are
     /// durable) a checkpoint header naming where they start.
-    pub(super) fn start_checkpoint(&mut self) {
+    /// False, and nothing done, when the free segments cannot hold it (restarts in quick
+    /// succession can leave cleaning no time to run, and each start takes a segment).
+    pub(super) fn start_checkpoint(&mut self) -> bool {
         assert!(self.checkpoint.is_none());
+        if (self.free.len() as u64) < self.checkpoint_segments() {
+            return false;
+        }
         self.seal();
         let id = self.durable_checkpoint.map_or(1, |h| h.checkpoint_id + 1);
         let start_record = self.next_position();
@@ -202,6 +212,7 @@ impl Store {
         let need = work.last_seq;
         self.record_bytes_since_checkpoint = 0;
         self.wait_durable(need, Waiter::Checkpoint);
+        true
     }
 
     pub(super) fn checkpoint_records_durable(&mut self, ok: bool) {
@@ -256,10 +267,10 @@ impl Store {
         let header = self.pending_slot.take().expect("slot written");
         self.durable_checkpoint = Some(header);
         if self.phase == Phase::Formatting {
-            self.phase = Phase::Ready;
             // Whatever the extent held before is not needed.
             let free: Vec<u64> = self.free.iter().copied().collect();
             self.trim_free_runs(&free);
+            self.started();
             return;
         }
         let work = self.checkpoint.take().expect("checkpoint");
@@ -344,7 +355,9 @@ impl Store {
             self.segments[segment as usize].stuck = true;
             return;
         };
-        if self.phase != Phase::Ready {
+        // A stop lets the pass finish: under frequent restarts cleaning would otherwise never
+        // complete, and the final checkpoint frees the victim.
+        if !matches!(self.phase, Phase::Ready | Phase::Stopping) {
             return;
         }
         let live_before = self.segments[segment as usize].live_bytes;

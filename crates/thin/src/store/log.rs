@@ -285,6 +285,8 @@ impl Store {
                 Waiter::Recovered => self.recovery_flushed(ok),
                 // `background` frees what the flush made safe to free.
                 Waiter::Reclaim => self.reclaim_flush = false,
+                Waiter::Stop if ok => self.final_checkpoint_done = true,
+                Waiter::Stop => self.fail("the drive group failed a flush at a stop"),
             }
         }
         self.pump_flushes();

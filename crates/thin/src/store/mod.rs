@@ -189,7 +189,8 @@ pub enum ThinEvent {
     LowSpace { free_bytes: u64 },
     /// Writes are failing for lack of space.
     NoSpace,
-    /// Start-up rebuilt the map.
+    /// Start-up rebuilt the map; `checkpoint_id` 0: the drive's first checkpoint had not
+    /// become durable (a crash during its creation), so it was formatted again, empty.
     Recovered {
         checkpoint_id: u64,
         records_replayed: u64,
@@ -283,6 +284,8 @@ enum Waiter {
     Recovered,
     /// Records that took the last live blocks of segments, so the segments can be freed.
     Reclaim,
+    /// A stop's records, when no final checkpoint fits.
+    Stop,
 }
 
 /// The record being filled.
@@ -395,6 +398,8 @@ pub struct Store {
     pending_slot: Option<CheckpointHeader>,
     final_checkpoint_started: bool,
     final_checkpoint_done: bool,
+    /// `shutdown` came during start-up: stop as soon as the store is ready.
+    stop_when_started: bool,
     checkpoint: Option<CheckpointWork>,
     record_bytes_since_checkpoint: u64,
     cleaning: Option<u64>,
@@ -479,6 +484,7 @@ impl Store {
             pending_slot: None,
             final_checkpoint_started: false,
             final_checkpoint_done: false,
+            stop_when_started: false,
             checkpoint: None,
             record_bytes_since_checkpoint: 0,
             cleaning: None,
@@ -562,16 +568,11 @@ impl Store {
     }
 
     pub fn submit(&mut self, id: u64, op: HostOp) {
-        match self.phase {
-            Phase::Ready => {}
-            Phase::Formatting | Phase::Recovering => {
-                self.blocked.push_back((id, op));
-                return;
-            }
-            Phase::Stopping | Phase::Stopped | Phase::Failed => {
-                self.reply(id, Err(ThinError::Unavailable));
-                return;
-            }
+        if self.stop_when_started
+            || matches!(self.phase, Phase::Stopping | Phase::Stopped | Phase::Failed)
+        {
+            self.reply(id, Err(ThinError::Unavailable));
+            return;
         }
         if let Err(error) = self.check_range(&op) {
             self.reply(id, Err(error));
@@ -581,10 +582,12 @@ impl Store {
             offset_bytes,
             len_bytes,
         } = op
+            && self.phase == Phase::Ready
         {
             self.start_read(read::Purpose::Host(id), offset_bytes, len_bytes);
             return;
         }
+        // Held until start-up is done (reads too), or behind writes waiting for room.
         self.blocked.push_back((id, op));
         self.drain_blocked();
     }
@@ -650,11 +653,14 @@ impl Store {
                 }
                 self.background();
             }
+            // Commands of the start-up are in flight: it finishes first (a format that never
+            // wrote its checkpoint header would leave a drive that cannot start), then the
+            // store stops as from `Ready`.
             Phase::Formatting | Phase::Recovering => {
                 for (id, _) in std::mem::take(&mut self.blocked) {
                     self.reply(id, Err(ThinError::Unavailable));
                 }
-                self.phase = Phase::Stopped;
+                self.stop_when_started = true;
             }
             Phase::Stopping | Phase::Stopped | Phase::Failed => {}
         }
@@ -832,6 +838,15 @@ impl Store {
             }
         }
         old
+    }
+
+    /// Start-up is done: serve, or stop if asked to meanwhile.
+    fn started(&mut self) {
+        self.phase = Phase::Ready;
+        if self.stop_when_started {
+            self.stop_when_started = false;
+            self.shutdown();
+        }
     }
 
     /// The group failed under a record write: nothing more can be made durable.

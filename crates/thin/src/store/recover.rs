@@ -12,6 +12,8 @@ const SLOT_READ_BYTES: u64 = 4096;
 pub(super) struct Recovery {
     slots: [Option<CheckpointHeader>; 2],
     slots_pending: u8,
+    /// Slots read that carry nothing of this store, not even a damaged header.
+    slots_foreign: u8,
     header: Option<CheckpointHeader>,
     /// The sequence number the next record must name as its predecessor.
     expected_prev: u64,
@@ -30,29 +32,29 @@ impl Store {
     /// A new, empty store: writes its first checkpoint header; ready once that is durable.
     pub fn create(config: Config) -> Result<Store, String> {
         let mut store = Store::empty(config)?;
-        store.phase = Phase::Formatting;
-        let current = store
-            .claim_segment()
-            .expect("a new store has free segments");
-        store.next_segment = store
-            .claim_segment()
-            .expect("a new store has free segments");
-        store.current_segment = current;
-        store.enter_segment(current);
-        store.next_record = store.layout.first_record(current);
+        store.format();
+        Ok(store)
+    }
+
+    fn format(&mut self) {
+        self.phase = Phase::Formatting;
+        let current = self.claim_segment().expect("a new store has free segments");
+        self.next_segment = self.claim_segment().expect("a new store has free segments");
+        self.current_segment = current;
+        self.enter_segment(current);
+        self.next_record = self.layout.first_record(current);
         let header = CheckpointHeader {
-            store_id: store.config.store_id,
+            store_id: self.config.store_id,
             checkpoint_id: 1,
-            start_record: store.next_record,
+            start_record: self.next_record,
             start_seq: 1,
             start_prev_seq: 0,
             checkpoint_records: 0,
-            logical_bytes: store.config.logical_bytes,
-            record_bytes: store.layout.record_bytes as u32,
-            records_per_segment: store.layout.records_per_segment as u32,
+            logical_bytes: self.config.logical_bytes,
+            record_bytes: self.layout.record_bytes as u32,
+            records_per_segment: self.layout.records_per_segment as u32,
         };
-        store.write_slot(header);
-        Ok(store)
+        self.write_slot(header);
     }
 
     /// An existing store: reads its checkpoint headers and replays its log; ready once done.
@@ -62,6 +64,7 @@ impl Store {
         store.recovery = Some(Recovery {
             slots: [None, None],
             slots_pending: 2,
+            slots_foreign: 0,
             header: None,
             expected_prev: 0,
             last_record: None,
@@ -100,6 +103,9 @@ impl Store {
         let recovery = self.recovery.as_mut().expect("recovering");
         recovery.slots_pending -= 1;
         if let Ok(Some(bytes)) = result {
+            if !CheckpointHeader::names_store(&bytes, store_id) {
+                recovery.slots_foreign += 1;
+            }
             recovery.slots[slot as usize] = CheckpointHeader::decode(&bytes).filter(|h| {
                 h.store_id == store_id
                     && u64::from(h.record_bytes) == layout.record_bytes
@@ -121,6 +127,18 @@ impl Store {
             .max_by_key(|h| h.checkpoint_id)
             .copied();
         let Some(header) = newest else {
+            if recovery.slots_foreign == 2 {
+                // The first header never became durable (a crash or stop during `create`),
+                // and nothing is written before it is: the drive was never used.
+                self.recovery = None;
+                self.event(ThinEvent::Recovered {
+                    checkpoint_id: 0,
+                    records_replayed: 0,
+                    torn_blocks_dropped: 0,
+                });
+                self.format();
+                return;
+            }
             self.recovery_failed("no checkpoint of this thin drive was found".into());
             return;
         };
@@ -385,9 +403,11 @@ impl Store {
         let free: Vec<u64> = self.free.iter().copied().collect();
         self.trim_free_runs(&free);
         if self.recovered_torn {
-            // Moves the start of replay past the torn records.
+            // Moves the start of replay past the torn records (later, if no room now: until
+            // then records vouch for nothing past the torn ones, `durable_cap`).
             self.start_checkpoint();
         }
+        self.started();
         self.drain_blocked();
     }
 }

@@ -59,7 +59,14 @@ impl Store {
 
     fn apply(&mut self, id: u64, op: &HostOp) -> Applied {
         match op {
-            HostOp::Read { .. } => unreachable!("reads are not queued"),
+            // Only reads that arrived during start-up are queued.
+            HostOp::Read {
+                offset_bytes,
+                len_bytes,
+            } => {
+                self.start_read(super::read::Purpose::Host(id), *offset_bytes, *len_bytes);
+                Applied::Done
+            }
             HostOp::Flush => {
                 self.seal();
                 let need = self.sealed_seq();
@@ -258,7 +265,13 @@ impl Store {
         }
         let merge = self.merge.take().expect("merge in progress");
         if merge.failed || self.phase != Phase::Ready {
-            self.reply(merge.id, Err(ThinError::Io));
+            // Stopping refuses the write as it refuses those still queued: nothing changed.
+            let error = if self.phase == Phase::Stopping && !merge.failed {
+                ThinError::Unavailable
+            } else {
+                ThinError::Io
+            };
+            self.reply(merge.id, Err(error));
             return;
         }
         let first = merge.offset_bytes / BLOCK_BYTES;

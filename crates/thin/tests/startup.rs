@@ -1,0 +1,183 @@
+//! Start-up edge cases: a stop or a crash while a new store writes its first checkpoint, a
+//! damaged checkpoint header, and requests that arrive before the store is ready.
+
+mod common;
+
+use common::{BLOCK, Lower, block, config, run, submit};
+use tessera_thin::{HostOp, LowerCommand, Output, Store, ThinEvent};
+
+const EXTENT_BYTES: u64 = 16 << 20;
+
+/// Lower commands the store issued, taken without completing them.
+fn take_lower(store: &mut Store, lower: &mut Lower) -> Vec<LowerCommand> {
+    let mut commands = Vec::new();
+    while let Some(output) = store.poll() {
+        match output {
+            Output::Lower(command) => commands.push(command),
+            Output::Event(event) => lower.events.push(event),
+            Output::Reply(reply) => panic!("unexpected reply {reply:?}"),
+        }
+    }
+    commands
+}
+
+fn write(store: &mut Store, lower: &mut Lower, id: u64, lba: u64, version: u64) {
+    let reply = submit(
+        store,
+        lower,
+        id,
+        HostOp::Write {
+            offset_bytes: lba * BLOCK as u64,
+            data: block(lba, version),
+            fua: false,
+        },
+    );
+    assert_eq!(reply.result, Ok(None), "write of block {lba}");
+}
+
+fn read(store: &mut Store, lower: &mut Lower, id: u64, lba: u64) -> Vec<u8> {
+    let reply = submit(
+        store,
+        lower,
+        id,
+        HostOp::Read {
+            offset_bytes: lba * BLOCK as u64,
+            len_bytes: BLOCK as u64,
+        },
+    );
+    reply.result.expect("read").expect("data")
+}
+
+#[test]
+fn a_stop_while_formatting_lets_the_format_finish_and_the_drive_opens_after() {
+    let mut lower = Lower::new(EXTENT_BYTES, 0);
+    let mut store = Store::create(config(EXTENT_BYTES)).unwrap();
+    let pending = take_lower(&mut store, &mut lower);
+    assert!(!pending.is_empty(), "formatting writes a checkpoint header");
+    store.shutdown();
+    assert!(!store.is_stopped(), "stopped with the format in flight");
+    // Requests after the stop was asked for are refused.
+    store.submit(1, HostOp::Flush);
+    for command in pending {
+        let result = command.op.apply_to(&mut lower.image);
+        store.lower_done(command.id, Ok(result));
+    }
+    let replies = run(&mut store, &mut lower);
+    assert_eq!(replies.len(), 1);
+    assert!(replies[0].result.is_err());
+    assert!(store.is_stopped(), "the store did not stop once formatted");
+
+    let mut store = Store::open(config(EXTENT_BYTES)).unwrap();
+    run(&mut store, &mut lower);
+    assert!(store.is_ready(), "events: {:?}", lower.events);
+    assert!(
+        !lower.events.iter().any(|e| matches!(
+            e,
+            ThinEvent::Recovered {
+                checkpoint_id: 0,
+                ..
+            }
+        )),
+        "the format was durable; it must not be done again: {:?}",
+        lower.events
+    );
+}
+
+#[test]
+fn a_crash_before_the_first_checkpoint_is_durable_formats_the_drive_again() {
+    // What the extent held before (another store's leftovers are as foreign as these).
+    let mut lower = Lower::new(EXTENT_BYTES, 0x5a);
+    let mut store = Store::create(config(EXTENT_BYTES)).unwrap();
+    take_lower(&mut store, &mut lower);
+    drop(store);
+
+    let mut store = Store::open(config(EXTENT_BYTES)).unwrap();
+    // A read and a write arrive while it starts; both wait for it.
+    store.submit(
+        1,
+        HostOp::Read {
+            offset_bytes: 0,
+            len_bytes: BLOCK as u64,
+        },
+    );
+    store.submit(
+        2,
+        HostOp::Write {
+            offset_bytes: 5 * BLOCK as u64,
+            data: block(5, 1),
+            fua: true,
+        },
+    );
+    let replies = run(&mut store, &mut lower);
+    assert!(store.is_ready(), "events: {:?}", lower.events);
+    assert!(
+        lower.events.iter().any(|e| matches!(
+            e,
+            ThinEvent::Recovered {
+                checkpoint_id: 0,
+                ..
+            }
+        )),
+        "events: {:?}",
+        lower.events
+    );
+    let answer = |id: u64| {
+        replies
+            .iter()
+            .find(|reply| reply.id == id)
+            .unwrap_or_else(|| panic!("request {id} unanswered"))
+            .result
+            .clone()
+    };
+    assert_eq!(
+        answer(1),
+        Ok(Some(vec![0; BLOCK])),
+        "a new drive reads zeroes"
+    );
+    assert_eq!(answer(2), Ok(None));
+
+    // The drive works from then on: its FUA write survives a crash.
+    drop(store);
+    let mut store = Store::open(config(EXTENT_BYTES)).unwrap();
+    run(&mut store, &mut lower);
+    assert!(store.is_ready());
+    assert_eq!(read(&mut store, &mut lower, 3, 5), block(5, 1));
+}
+
+#[test]
+fn a_damaged_checkpoint_header_of_the_drive_is_not_formatted_over() {
+    let mut lower = Lower::new(EXTENT_BYTES, 0);
+    let mut store = Store::create(config(EXTENT_BYTES)).unwrap();
+    run(&mut store, &mut lower);
+    write(&mut store, &mut lower, 1, 7, 1);
+    assert_eq!(
+        submit(&mut store, &mut lower, 2, HostOp::Flush).result,
+        Ok(None)
+    );
+    drop(store);
+
+    // The first checkpoint header is in slot 1; slot 0 has never been written. Damage a
+    // byte inside the header (after its magic and store id).
+    let slot = Store::create(config(EXTENT_BYTES))
+        .unwrap()
+        .layout()
+        .slot_offset(1) as usize;
+    lower.image[slot + 40] ^= 0x10;
+    let mut store = Store::open(config(EXTENT_BYTES)).unwrap();
+    run(&mut store, &mut lower);
+    assert!(!store.is_ready());
+    assert!(
+        lower
+            .events
+            .iter()
+            .any(|e| matches!(e, ThinEvent::StartFailed { .. })),
+        "events: {:?}",
+        lower.events
+    );
+    // The log is still there for whoever repairs the header.
+    lower.image[slot + 40] ^= 0x10;
+    let mut store = Store::open(config(EXTENT_BYTES)).unwrap();
+    run(&mut store, &mut lower);
+    assert!(store.is_ready());
+    assert_eq!(read(&mut store, &mut lower, 3, 7), block(7, 1));
+}
