@@ -24,7 +24,8 @@ pub struct Location {
 }
 
 impl Location {
-    /// Packs into 12 bytes (the map's slot): address / 16 in 44 bits, length in 13, codec in 2.
+    /// Packs into 12 bytes (a checkpoint entry; the map keeps the 91 bits that matter):
+    /// address / 16 in 44 bits, length in 13, codec in 2, then the checksum.
     pub fn pack(&self) -> [u32; 3] {
         assert!(self.address_bytes.is_multiple_of(PAYLOAD_ALIGN));
         let units = self.address_bytes / PAYLOAD_ALIGN;
