@@ -524,7 +524,11 @@ impl Engine {
             .any(|(member, ring)| ring.used_bytes() * 2 > self.journal.ring_size(member))
             || self.journal.done_batches >= RETIRE_AFTER_BATCHES;
         let done_unretired = self.journal.done_batches > 0;
-        if (waiting || pressure) && done_unretired && !self.journal.flush_running {
+        if (waiting || pressure)
+            && done_unretired
+            && !self.journal.flush_running
+            && !self.failure_pending()
+        {
             self.journal.flush_running = true;
             self.start_flush(None, None);
             progressed = true;
@@ -959,6 +963,10 @@ impl Engine {
     /// A flush of every data member finished: batches done before it started are retired.
     pub(super) fn journal_flush_done(&mut self, epoch: u64) {
         self.journal.flush_running = false;
+        if self.failure_pending() {
+            // Replay must still find these entries if the failure is lost with the power.
+            return;
+        }
         let retired: Vec<u64> = self
             .journal
             .batches

@@ -425,6 +425,7 @@ impl Engine {
             waiting_for_memory: VecDeque::new(),
             memory_blocked_used_bytes: usize::MAX,
             parked: Vec::new(),
+            failure_waiters: Vec::new(),
             last_write_end_bytes: u64::MAX,
             counters: super::Counters::default(),
             startup: Startup::default(),

@@ -241,6 +241,8 @@ pub struct Engine {
     memory_blocked_used_bytes: usize,
     /// Replies held until the superblock generation they need is durable.
     parked: Vec<(u64, Reply)>,
+    /// Stripe updates waiting for a member's failure to be recorded (`failure_pending`).
+    failure_waiters: Vec<OpId>,
     /// Where the last host write ended, to recognise sequential streams.
     last_write_end_bytes: u64,
     counters: Counters,
@@ -748,7 +750,7 @@ impl Engine {
             progressed[5] = self.pump_flushes();
             progressed[6] = self.pump_background();
             progressed[7] = self.admit_deferred();
-            progressed[8] = self.release_parked();
+            progressed[8] = self.release_parked() | self.release_failure_waiters();
             progressed[9] = self.retry_memory_waiters();
             progressed[10] = self.pump_stop();
             progressed[11] = self.pump_journal();
@@ -801,6 +803,26 @@ impl Engine {
         }
         self.deferred = still_waiting;
         progressed
+    }
+
+    /// A member failed and the superblock saying so is not durable yet. Until it is, a power
+    /// cut brings the member back as online with whatever it held, so nothing may come to
+    /// depend on it being out: stripe updates that would leave its columns behind wait,
+    /// journal entries are not retired and dirty regions are not cleared (replay or resync
+    /// then makes those stripes whole again), as md holds stripe writes until a failed
+    /// device is recorded.
+    pub(super) fn failure_pending(&self) -> bool {
+        self.meta.failure_generation > self.meta.durable_generation
+    }
+
+    /// Updates that waited for a failure to be recorded go on once it is.
+    fn release_failure_waiters(&mut self) -> bool {
+        if self.failure_waiters.is_empty() || self.failure_pending() {
+            return false;
+        }
+        let waiters = std::mem::take(&mut self.failure_waiters);
+        self.ready.extend(waiters);
+        true
     }
 
     fn release_parked(&mut self) -> bool {

@@ -633,8 +633,11 @@ impl Engine {
                 continue;
             };
             let idle_since = activity.last_write_us + delay;
-            let busy =
-                !self.regions.idle(region) || self.regions.gate_waiters.contains_key(&region);
+            // Until a failure is recorded, resync after a power cut may be what makes the
+            // region's stripes whole again (`failure_pending`).
+            let busy = !self.regions.idle(region)
+                || self.regions.gate_waiters.contains_key(&region)
+                || self.failure_pending();
             if idle_since > now || busy {
                 self.regions
                     .clear_queue

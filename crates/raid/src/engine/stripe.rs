@@ -355,6 +355,23 @@ impl Engine {
         }
     }
 
+    /// Whether an op that changes a stripe's data or parity must wait for a member's failure
+    /// to be recorded (`failure_pending`; seed 24842 with `TESSERA_SIM_JOURNAL=always_on`
+    /// found the hole: an update planned without a just-failed member's parity, then a power
+    /// cut, and the member came back with its old parity).
+    fn waits_for_failure_record(&mut self, id: OpId, op: &StripeOp) -> bool {
+        let updates = match op.kind {
+            Kind::Write { .. } | Kind::Resync => true,
+            Kind::Scrub { repair } => repair,
+            Kind::Recover { .. } | Kind::Rebuild { .. } => false,
+        };
+        if !updates || !self.failure_pending() {
+            return false;
+        }
+        self.failure_waiters.push(id);
+        true
+    }
+
     /// Runs an op as far as it can go; false once it is finished.
     fn step_op(&mut self, id: OpId, op: &mut StripeOp) -> bool {
         loop {
@@ -364,6 +381,9 @@ impl Engine {
                     if !self.pass_gate(id, op) {
                         return true;
                     }
+                }
+                Stage::Plan if self.waits_for_failure_record(id, op) => {
+                    return true;
                 }
                 Stage::Plan if self.journal_blocks_update(id, op) => {
                     return true;
