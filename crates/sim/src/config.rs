@@ -54,6 +54,9 @@ pub struct Config {
     /// The engine hands full-stripe parity work out (`Command::Compute`); the world carries it
     /// out after a random delay, as a GPU batch would complete.
     pub offload_parity: bool,
+    /// The host talks to a thin virtual drive over the whole group instead of to the group
+    /// (off unless `TESSERA_SIM_THIN=on`, so that every seed keeps the run it always had).
+    pub thin: bool,
 }
 
 impl Config {
@@ -116,14 +119,23 @@ impl Config {
             crash_loss_chance: *rng.pick(&[0u64, 300_000, 700_000]),
             // Drawn last, so that every other field of a seed stays what it was before.
             offload_parity: rng.chance(500_000),
+            thin: false,
         }
         .with_overrides()
     }
 
     /// `TESSERA_SIM_JOURNAL=always_on|degrade_only|always_off` replaces the seed's journal mode
     /// and `TESSERA_SIM_OFFLOAD=on|off` its parity offload (to tell whether a failure depends on
-    /// them); nothing else changes.
+    /// them); `TESSERA_SIM_THIN=on` runs the seed's workload on a thin drive.
     fn with_overrides(mut self) -> Config {
+        if let Ok(thin) = std::env::var("TESSERA_SIM_THIN") {
+            let thin = match thin.as_str() {
+                "1" | "on" => true,
+                "0" | "off" => false,
+                other => panic!("TESSERA_SIM_THIN={other}: not on or off"),
+            };
+            self = self.with_thin(thin);
+        }
         if let Ok(offload) = std::env::var("TESSERA_SIM_OFFLOAD") {
             self.offload_parity = match offload.as_str() {
                 "1" | "on" => true,
@@ -142,6 +154,31 @@ impl Config {
         self
     }
 }
+
+impl Config {
+    /// The same seed with the host on a thin drive (or not). A thin drive needs eight segments
+    /// of about 1 MiB and its checkpoint slots, so members grow until the group's data space
+    /// holds at least `THIN_DATA_BYTES`.
+    pub fn with_thin(mut self, thin: bool) -> Config {
+        self.thin = thin;
+        if thin {
+            let share = match self.level {
+                Level::Raid0 => self.members as u64,
+                Level::Raid1 => 1,
+                Level::Raid10 => (self.members as u64 / 2).max(1),
+                Level::Raid5 => self.members as u64 - 1,
+                Level::Raid6 => self.members as u64 - 2,
+            };
+            // Superblocks, bitmap and the journal's area come on top of the data space.
+            let wanted = THIN_DATA_BYTES.div_ceil(share) + (4 << 20);
+            self.member_bytes = self.member_bytes.max(wanted.next_multiple_of(1 << 20));
+        }
+        self
+    }
+}
+
+/// The least data space a thin run's group gets.
+pub const THIN_DATA_BYTES: u64 = 16 << 20;
 
 fn data_chunks(level: Level, members: usize) -> u64 {
     match level {

@@ -10,6 +10,7 @@ pub mod member;
 pub mod model;
 pub mod pattern;
 pub mod prng;
+mod thin;
 pub mod world;
 
 pub use config::{Config, FaultMode};
@@ -26,7 +27,12 @@ pub struct Outcome {
 
 /// Runs one seed to the end.
 pub fn run_seed(seed: u64) -> Outcome {
-    let config = Config::from_seed(seed);
+    run_config(Config::from_seed(seed))
+}
+
+/// Runs one seed's run as `config` describes it (a seed's config, changed).
+pub fn run_config(config: Config) -> Outcome {
+    let seed = config.seed;
     let mut world = world::World::new(config.clone());
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world.run()))
         .unwrap_or_else(|panic| {

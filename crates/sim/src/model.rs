@@ -48,6 +48,14 @@ pub struct WriteTicket {
     submit: u64,
 }
 
+impl WriteTicket {
+    /// The bytes the write covers: offset and length.
+    pub fn byte_range(&self) -> (u64, u64) {
+        let sector = crate::pattern::SECTOR_BYTES as u64;
+        (self.first_sector * sector, self.sectors * sector)
+    }
+}
+
 impl Model {
     pub fn new(sectors: u64, resolve: bool) -> Model {
         let initial = Entry {

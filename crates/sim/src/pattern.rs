@@ -1,11 +1,16 @@
 //! Sector contents that identify their writer: every sector a simulated host writes carries
 //! the write's id and the sector's address in its first 16 bytes and a stream derived from
 //! both after that, so a read proves which write it returns and that no byte was damaged.
+//! Writes whose id has the `COMPRESSIBLE` bit repeat one word derived from both instead, so
+//! a thin drive has something to compress.
 
 pub const SECTOR_BYTES: usize = 512;
 
 /// The value of a sector: 0 means all zeroes (never written, or zeroed).
 pub type WriteId = u64;
+
+/// The bit of a write id that makes its sectors compressible.
+pub const COMPRESSIBLE: WriteId = 1 << 62;
 
 pub fn fill(write: WriteId, sector: u64, out: &mut [u8]) {
     assert_eq!(out.len(), SECTOR_BYTES);
@@ -16,6 +21,12 @@ pub fn fill(write: WriteId, sector: u64, out: &mut [u8]) {
     out[0..8].copy_from_slice(&write.to_le_bytes());
     out[8..16].copy_from_slice(&sector.to_le_bytes());
     let mut state = write.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ sector.rotate_left(17);
+    if write & COMPRESSIBLE != 0 {
+        for word in out[16..].chunks_exact_mut(8) {
+            word.copy_from_slice(&state.to_le_bytes());
+        }
+        return;
+    }
     for word in out[16..].chunks_exact_mut(8) {
         state ^= state << 13;
         state ^= state >> 7;
@@ -63,6 +74,10 @@ mod tests {
         fill(42, 9, &mut sector);
         assert_eq!(identify(9, &sector), Ok(42));
         assert!(identify(10, &sector).is_err());
+        sector[300] ^= 4;
+        assert!(identify(9, &sector).is_err());
+        fill(42 | COMPRESSIBLE, 9, &mut sector);
+        assert_eq!(identify(9, &sector), Ok(42 | COMPRESSIBLE));
         sector[300] ^= 4;
         assert!(identify(9, &sector).is_err());
         assert_eq!(identify(3, &[0u8; SECTOR_BYTES]), Ok(0));

@@ -6,6 +6,7 @@ use crate::member::SimMember;
 use crate::model::{ANY, Model, WriteTicket};
 use crate::pattern::{self, SECTOR_BYTES};
 use crate::prng::Rng;
+use crate::thin::ThinDrive;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::hash::{Hash, Hasher};
@@ -38,6 +39,10 @@ pub struct Stats {
     pub sim_time_us: u64,
     /// Parity computations handed out by the engine and carried out by the world.
     pub offloaded_computes: u64,
+    /// Thin runs: writes refused for lack of physical space, and store start-ups that
+    /// rebuilt the map from the group.
+    pub thin_no_space: u64,
+    pub thin_recoveries: u64,
 }
 
 struct Device {
@@ -62,6 +67,19 @@ enum Scheduled {
     },
 }
 
+/// A request for the group (a plain run) or for the thin drive (a thin run).
+#[derive(Debug)]
+enum Request {
+    Group(HostOp),
+    Thin(tessera_thin::HostOp),
+}
+
+/// A write's data: in the engine's pool for the group, a vector for the thin drive.
+enum Payload {
+    Buffer(tessera_buffer::BufferId),
+    Data(Vec<u8>),
+}
+
 enum HostKind {
     Read { offset_bytes: u64, len_bytes: u64 },
     Write { ticket: WriteTicket, fua: bool },
@@ -73,6 +91,29 @@ enum HostKind {
 struct HostInFlight {
     kind: HostKind,
     submit: u64,
+}
+
+/// Why a host request failed, from the group or from the thin drive.
+#[derive(Debug)]
+enum Failure {
+    /// A write-zeroes with `fast_only` that would have had to write.
+    NotFast,
+    /// The thin drive has no physical space left for the write.
+    NoSpace,
+    /// The thin drive is stopping for a clean restart.
+    Unavailable,
+    Io(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::NotFast => f.write_str("not fast"),
+            Failure::NoSpace => f.write_str("no space"),
+            Failure::Unavailable => f.write_str("unavailable"),
+            Failure::Io(why) => write!(f, "I/O error ({why})"),
+        }
+    }
 }
 
 pub struct World {
@@ -98,13 +139,21 @@ pub struct World {
     faults_enabled: bool,
     /// An orderly stop is under way (repairs wait for the fresh assembly).
     restarting: bool,
-    /// A scrub found something that cannot happen within tolerance.
-    scrub_failure: Option<String>,
+    /// An event (a scrub's result, a thin drive's checksum repair) told of something that
+    /// cannot happen within tolerance.
+    event_failure: Option<String>,
+    /// The thin drive of a thin run.
+    thin: Option<ThinDrive>,
+    /// The last thin scrub's result: blocks checked, errors detected, errors repaired.
+    thin_scrub: Option<(u64, u64, u64)>,
     pub stats: Stats,
     trace: Vec<String>,
 }
 
 const TRACE_LINES: usize = 400;
+
+/// A thin drive's block.
+const BLOCK_BYTES: u64 = tessera_thin::BLOCK_BYTES;
 
 impl World {
     pub fn new(config: Config) -> World {
@@ -139,7 +188,9 @@ impl World {
             repair_at: None,
             faults_enabled: true,
             restarting: false,
-            scrub_failure: None,
+            event_failure: None,
+            thin: None,
+            thin_scrub: None,
             stats: Stats::default(),
             trace: Vec::new(),
         }
@@ -213,6 +264,20 @@ impl World {
             .map_err(|e| format!("create: {e}"))?;
         let working = self.config.working_bytes.min(engine.data_bytes());
         self.config.working_bytes = working / SECTOR_BYTES as u64 * SECTOR_BYTES as u64;
+        if self.config.thin {
+            // The drive is usually smaller than its physical space; now and then three times
+            // larger, so that it runs out of space.
+            let overcommit = self.rng.chance(125_000);
+            let physical = ThinDrive::physical_bytes(&engine)?;
+            let logical = if overcommit {
+                3 * physical
+            } else {
+                self.config.working_bytes.min(physical / 2)
+            };
+            let logical = (logical / BLOCK_BYTES).max(1) * BLOCK_BYTES;
+            self.thin = Some(ThinDrive::create(&engine, logical, &mut self.rng)?);
+            self.config.working_bytes = logical;
+        }
         self.model = Model::new(
             self.config.working_bytes / SECTOR_BYTES as u64,
             self.config.mode == FaultMode::MustSurvive,
@@ -262,161 +327,177 @@ impl World {
     fn submit_one(&mut self) -> bool {
         let id = self.next_request_id;
         let roll = self.rng.below(100);
-        let request = if roll < 40 {
+        let thin = self.thin.is_some();
+        let (kind, request) = if roll < 40 {
             let (start, len) = self.random_range();
-            let submit = self.model.now();
-            self.in_flight.insert(
-                id,
-                HostInFlight {
-                    kind: HostKind::Read {
-                        offset_bytes: start * 512,
-                        len_bytes: len * 512,
-                    },
-                    submit,
-                },
-            );
-            // Every eighth read of a redundant group goes around one copy of its data (as a
-            // thin drive does after a checksum failure); picked by id so the random stream, and
-            // so every seed's schedule, stays as it was.
-            let geometry = self.engine().geometry();
-            let chunk_sectors = geometry.chunk_bytes() / 512;
-            let sources = if geometry.parity_chunks() > 0 {
-                // Parity levels number the chunks the range touches.
-                (start + len).div_ceil(chunk_sectors) - start / chunk_sectors
-            } else {
-                geometry.copies() as u64
+            let (offset_bytes, len_bytes) = (start * 512, len * 512);
+            let kind = HostKind::Read {
+                offset_bytes,
+                len_bytes,
             };
-            if geometry.redundancy() > 0 && id.is_multiple_of(8) {
-                HostOp::ReadAround {
-                    offset_bytes: start * 512,
-                    len_bytes: len * 512,
-                    copy: ((id / 8) % sources) as u8,
-                }
+            if thin {
+                (
+                    kind,
+                    Request::Thin(tessera_thin::HostOp::Read {
+                        offset_bytes,
+                        len_bytes,
+                    }),
+                )
             } else {
-                HostOp::Read {
-                    offset_bytes: start * 512,
-                    len_bytes: len * 512,
-                }
+                // Every eighth read of a redundant group goes around one copy of its data (as
+                // a thin drive does after a checksum failure); picked by id so the random
+                // stream, and so every seed's schedule, stays as it was.
+                let geometry = self.engine().geometry();
+                let chunk_sectors = geometry.chunk_bytes() / 512;
+                let sources = if geometry.parity_chunks() > 0 {
+                    // Parity levels number the chunks the range touches.
+                    (start + len).div_ceil(chunk_sectors) - start / chunk_sectors
+                } else {
+                    geometry.copies() as u64
+                };
+                let op = if geometry.redundancy() > 0 && id.is_multiple_of(8) {
+                    HostOp::ReadAround {
+                        offset_bytes,
+                        len_bytes,
+                        copy: ((id / 8) % sources) as u8,
+                    }
+                } else {
+                    HostOp::Read {
+                        offset_bytes,
+                        len_bytes,
+                    }
+                };
+                (kind, Request::Group(op))
             }
         } else if roll < 85 {
             let (start, len) = self.random_range();
-            let Some(buffer) = self.engine().alloc_host_buffer((len * 512) as usize) else {
-                return false;
-            };
-            let write = self.next_write_id;
-            self.next_write_id += 1;
-            let bytes = self.engine().pool_mut().slice_mut(buffer);
-            for (i, sector) in bytes.chunks_exact_mut(SECTOR_BYTES).enumerate() {
-                pattern::fill(write, start + i as u64, sector);
+            let mut write = self.next_write_id;
+            // Half of a thin drive's writes compress well.
+            if thin && self.rng.chance(500_000) {
+                write |= pattern::COMPRESSIBLE;
             }
+            let fill = |bytes: &mut [u8]| {
+                for (i, sector) in bytes.chunks_exact_mut(SECTOR_BYTES).enumerate() {
+                    pattern::fill(write, start + i as u64, sector);
+                }
+            };
+            let payload = if thin {
+                let mut data = vec![0; (len * 512) as usize];
+                fill(&mut data);
+                Payload::Data(data)
+            } else {
+                let Some(buffer) = self.engine().alloc_host_buffer((len * 512) as usize) else {
+                    return false;
+                };
+                fill(self.engine().pool_mut().slice_mut(buffer));
+                Payload::Buffer(buffer)
+            };
+            self.next_write_id += 1;
             let fua = self.rng.chance(100_000);
             let ticket = self
                 .model
                 .write_submitted(start, &vec![write; len as usize]);
-            let submit = self.model.now();
-            self.in_flight.insert(
-                id,
-                HostInFlight {
-                    kind: HostKind::Write { ticket, fua },
-                    submit,
-                },
-            );
-            HostOp::Write {
-                offset_bytes: start * 512,
-                buffer,
-                fua,
-            }
+            let offset_bytes = start * 512;
+            let request = match payload {
+                Payload::Data(data) => Request::Thin(tessera_thin::HostOp::Write {
+                    offset_bytes,
+                    data,
+                    fua,
+                }),
+                Payload::Buffer(buffer) => Request::Group(HostOp::Write {
+                    offset_bytes,
+                    buffer,
+                    fua,
+                }),
+            };
+            (HostKind::Write { ticket, fua }, request)
         } else if roll < 92 {
-            let submit = self.model.now();
-            self.in_flight.insert(
-                id,
-                HostInFlight {
-                    kind: HostKind::Flush,
-                    submit,
-                },
-            );
-            HostOp::Flush
+            let request = if thin {
+                Request::Thin(tessera_thin::HostOp::Flush)
+            } else {
+                Request::Group(HostOp::Flush)
+            };
+            (HostKind::Flush, request)
         } else if roll < 96 {
             let (start, len) = self.wide_range();
             let ticket = self.model.write_submitted(start, &vec![ANY; len as usize]);
-            let submit = self.model.now();
-            self.in_flight.insert(
-                id,
-                HostInFlight {
-                    kind: HostKind::Discard { ticket },
-                    submit,
-                },
-            );
-            HostOp::Trim {
-                offset_bytes: start * 512,
-                len_bytes: len * 512,
-            }
+            let (offset_bytes, len_bytes) = (start * 512, len * 512);
+            let request = if thin {
+                Request::Thin(tessera_thin::HostOp::Trim {
+                    offset_bytes,
+                    len_bytes,
+                })
+            } else {
+                Request::Group(HostOp::Trim {
+                    offset_bytes,
+                    len_bytes,
+                })
+            };
+            (HostKind::Discard { ticket }, request)
         } else {
             let (start, len) = self.wide_range();
             let fua = self.rng.chance(200_000);
             let may_deallocate = self.rng.chance(700_000);
             let fast_only = self.rng.chance(200_000);
             let ticket = self.model.write_submitted(start, &vec![0; len as usize]);
-            let submit = self.model.now();
-            self.in_flight.insert(
-                id,
-                HostInFlight {
-                    kind: HostKind::Zeroes { ticket, fua },
-                    submit,
-                },
-            );
-            HostOp::WriteZeroes {
-                offset_bytes: start * 512,
-                len_bytes: len * 512,
-                may_deallocate,
-                fast_only,
-                fua,
-            }
+            let (offset_bytes, len_bytes) = (start * 512, len * 512);
+            let request = if thin {
+                Request::Thin(tessera_thin::HostOp::WriteZeroes {
+                    offset_bytes,
+                    len_bytes,
+                    fua,
+                })
+            } else {
+                Request::Group(HostOp::WriteZeroes {
+                    offset_bytes,
+                    len_bytes,
+                    may_deallocate,
+                    fast_only,
+                    fua,
+                })
+            };
+            (HostKind::Zeroes { ticket, fua }, request)
         };
-        self.next_request_id += 1;
-        self.submitted += 1;
-        self.stats.host_ops += 1;
-        self.update_oldest_read();
+        let submit = self.model.now();
         if let Some(watch) = watched_sector() {
-            let (offset, len) = match request {
-                HostOp::Read {
+            let (offset, len) = match &kind {
+                HostKind::Read {
                     offset_bytes,
                     len_bytes,
-                }
-                | HostOp::ReadAround {
-                    offset_bytes,
-                    len_bytes,
-                    ..
-                }
-                | HostOp::Trim {
-                    offset_bytes,
-                    len_bytes,
-                } => (offset_bytes, len_bytes),
-                HostOp::WriteZeroes {
-                    offset_bytes,
-                    len_bytes,
-                    ..
-                } => (offset_bytes, len_bytes),
-                HostOp::Write {
-                    offset_bytes,
-                    buffer,
-                    ..
-                } => (
-                    offset_bytes,
-                    self.engine.as_ref().expect("engine").pool().len(buffer) as u64,
-                ),
-                HostOp::Flush => (0, u64::MAX),
+                } => (*offset_bytes, *len_bytes),
+                HostKind::Write { ticket, .. }
+                | HostKind::Discard { ticket }
+                | HostKind::Zeroes { ticket, .. } => ticket.byte_range(),
+                HostKind::Flush => (0, u64::MAX),
             };
             if watch * 512 >= offset && watch * 512 - offset < len {
-                let now = self.model.now();
                 self.note(format!(
-                    "request {id} (t{now}): {request:?} len {len} write id {}",
+                    "request {id} (t{submit}): {request:?} len {len} write id {}",
                     self.next_write_id - 1
                 ));
             }
         }
-        self.engine().submit(HostRequest { id, op: request });
+        self.in_flight.insert(id, HostInFlight { kind, submit });
+        self.next_request_id += 1;
+        self.submitted += 1;
+        self.stats.host_ops += 1;
+        self.update_oldest_read();
+        self.send_request(id, request);
         true
+    }
+
+    fn send_request(&mut self, id: u64, request: Request) {
+        match request {
+            Request::Group(op) => self.engine().submit(HostRequest { id, op }),
+            Request::Thin(op) => match self.thin.as_mut().and_then(|t| t.store.as_mut()) {
+                Some(store) => store.submit(id, op),
+                // The store could not start (beyond tolerance only): nothing is served.
+                None => {
+                    let reply = self.finish_host(id, Err(Failure::Io("no thin store".into())));
+                    reply.expect("a failed start was reported when it happened");
+                }
+            },
+        }
     }
 
     /// A range that often covers whole regions (for trim and write-zeroes).
@@ -451,8 +532,12 @@ impl World {
         self.drain()?;
         let next_io = self.queue.peek().map(|Reverse((time, _))| *time);
         let deadline = self.engine.as_ref().and_then(Engine::next_deadline_us);
+        let thin_deadline = self.store().and_then(tessera_thin::Store::next_deadline_us);
         let repair_at = self.repair_at.filter(|_| !self.restarting);
-        let next = [next_io, deadline, repair_at].into_iter().flatten().min();
+        let next = [next_io, deadline, thin_deadline, repair_at]
+            .into_iter()
+            .flatten()
+            .min();
         let Some(next) = next else {
             if !self.in_flight.is_empty() {
                 let engine = self
@@ -460,8 +545,12 @@ impl World {
                     .as_ref()
                     .map(Engine::debug_summary)
                     .unwrap_or_default();
+                let store = self
+                    .store()
+                    .map(tessera_thin::Store::debug_position)
+                    .unwrap_or_default();
                 return Err(format!(
-                    "liveness: {} host requests stuck with no I/O in flight ({engine})",
+                    "liveness: {} host requests stuck with no I/O in flight ({engine}) {store}",
                     self.in_flight.len()
                 ));
             }
@@ -470,6 +559,9 @@ impl World {
         self.now_us = self.now_us.max(next);
         let now = self.now_us;
         self.engine().tick(now);
+        if let Some(store) = self.thin.as_mut().and_then(|t| t.store.as_mut()) {
+            store.tick(now);
+        }
         if !self.restarting && self.repair_at.is_some_and(|at| at <= now) {
             self.repair_at = None;
             self.repair()?;
@@ -494,18 +586,94 @@ impl World {
     }
 
     fn drain(&mut self) -> Result<(), String> {
-        if let Some(failure) = self.scrub_failure.take() {
+        if let Some(failure) = self.event_failure.take() {
             return Err(failure);
         }
-        while let Some(command) = self.engine.as_mut().and_then(Engine::poll) {
-            match command {
-                Command::Member(command) => self.schedule(command),
-                Command::Reply(reply) => self.host_reply(reply)?,
-                Command::Event(event) => self.event(event),
-                Command::Compute(command) => self.schedule_compute(command),
+        loop {
+            let mut progress = false;
+            while let Some(command) = self.engine.as_mut().and_then(Engine::poll) {
+                progress = true;
+                match command {
+                    Command::Member(command) => self.schedule(command),
+                    Command::Reply(reply) => self.host_reply(reply)?,
+                    Command::Event(event) => self.event(event),
+                    Command::Compute(command) => self.schedule_compute(command),
+                }
+            }
+            while let Some(output) = self.thin.as_mut().and_then(|t| t.store.as_mut()?.poll()) {
+                progress = true;
+                match output {
+                    tessera_thin::Output::Lower(command) => {
+                        self.thin.as_mut().expect("thin").queue_lower(command)
+                    }
+                    tessera_thin::Output::Reply(reply) => {
+                        let result = reply.result.map_err(|error| match error {
+                            tessera_thin::ThinError::NoSpace => Failure::NoSpace,
+                            tessera_thin::ThinError::Unavailable => Failure::Unavailable,
+                            other => Failure::Io(other.to_string()),
+                        });
+                        self.finish_host(reply.id, result)?
+                    }
+                    tessera_thin::Output::Event(event) => self.thin_event(event),
+                }
+            }
+            if let (Some(thin), Some(engine)) = (self.thin.as_mut(), self.engine.as_mut()) {
+                progress |= thin.send(engine, &mut self.next_request_id) > 0;
+            }
+            if !progress {
+                return Ok(());
             }
         }
-        Ok(())
+    }
+
+    fn store(&self) -> Option<&tessera_thin::Store> {
+        self.thin.as_ref()?.store.as_ref()
+    }
+
+    fn thin_event(&mut self, event: tessera_thin::ThinEvent) {
+        use tessera_thin::ThinEvent;
+        let position = match &event {
+            tessera_thin::ThinEvent::Recovered { .. }
+            | tessera_thin::ThinEvent::LowSpace { .. } => self.store().map(|store| {
+                let stats = store.stats();
+                format!(
+                    " ({}; live {} of {} used bytes)",
+                    store.debug_position(),
+                    stats.stored_bytes,
+                    stats.physical_used_bytes
+                )
+            }),
+            _ => None,
+        };
+        self.note(format!(
+            "thin event {event:?}{}",
+            position.unwrap_or_default()
+        ));
+        let must_survive = self.config.mode == FaultMode::MustSurvive;
+        match event {
+            ThinEvent::Recovered { .. } => self.stats.thin_recoveries += 1,
+            ThinEvent::ScrubFinished {
+                checked_blocks,
+                errors_detected,
+                errors_repaired,
+            } => {
+                self.thin_scrub = Some((checked_blocks, errors_detected, errors_repaired));
+                if must_survive && errors_detected > 0 {
+                    self.event_failure = Some(format!("{event:?} in a must-survive run"));
+                }
+            }
+            // The group returns what was written or fails the read, and nothing damages
+            // members' data in a thin run: within tolerance no checksum may ever fail.
+            ThinEvent::ChecksumRepaired { .. }
+            | ThinEvent::ChecksumUnrepairable { .. }
+            | ThinEvent::StartFailed { .. }
+            | ThinEvent::Failed { .. }
+                if must_survive =>
+            {
+                self.event_failure = Some(format!("{event:?} in a must-survive run"));
+            }
+            _ => {}
+        }
     }
 
     /// The digest of the buffers a computation reads.
@@ -669,7 +837,7 @@ impl World {
             GroupEvent::ScrubFinished(result)
                 if self.config.mode == FaultMode::MustSurvive && result.stats.unrecoverable > 0 =>
             {
-                self.scrub_failure = Some(format!("scrub found unrecoverable stripes: {result:?}"));
+                self.event_failure = Some(format!("scrub found unrecoverable stripes: {result:?}"));
             }
             GroupEvent::RebuildFinished { .. } => {
                 self.stats.rebuilds += 1;
@@ -680,65 +848,71 @@ impl World {
     }
 
     fn host_reply(&mut self, reply: Reply) -> Result<(), String> {
+        if let (Some(thin), Some(engine)) = (self.thin.as_mut(), self.engine.as_mut())
+            && thin.lower_reply(engine, reply.id, reply.result)
+        {
+            return Ok(());
+        }
+        let result = match reply.result {
+            Ok(Some(buffer)) => {
+                let pool = self.engine().pool_mut();
+                let data = pool.slice(buffer).to_vec();
+                pool.free(buffer);
+                Ok(Some(data))
+            }
+            Ok(None) => Ok(None),
+            Err(HostError::NotFast) => Err(Failure::NotFast),
+            Err(error) => Err(Failure::Io(format!("{error:?}"))),
+        };
+        self.finish_host(reply.id, result)
+    }
+
+    /// A host request was answered (by the group, or by the thin drive in a thin run).
+    fn finish_host(
+        &mut self,
+        id: u64,
+        result: Result<Option<Vec<u8>>, Failure>,
+    ) -> Result<(), String> {
         if watched_sector().is_some() {
-            self.note(format!(
-                "reply {} {:?}",
-                reply.id,
-                reply.result.as_ref().map(|_| ())
-            ));
+            self.note(format!("reply {id} {:?}", result.as_ref().map(|_| ())));
         }
         let host = self
             .in_flight
-            .remove(&reply.id)
-            .ok_or_else(|| format!("reply to unknown request {}", reply.id))?;
+            .remove(&id)
+            .ok_or_else(|| format!("reply to unknown request {id}"))?;
         let ack = self.model.now();
-        let result = match reply.result {
-            Ok(buffer) => {
-                if let HostKind::Read {
-                    offset_bytes,
-                    len_bytes,
-                } = host.kind
-                {
-                    let buffer = buffer.ok_or("read reply without data")?;
-                    let check =
-                        self.check_read_data(offset_bytes, len_bytes, buffer, host.submit, ack);
-                    self.engine().pool_mut().free(buffer);
-                    if let Err(error) = check {
-                        let engine = self.engine.as_ref().expect("engine");
-                        let status = engine.status();
-                        return Err(format!(
-                            "{error}\n  region of offset written {} unsynced {}, group {:?}, members {:?}, rebuild {:?}, bad ranges {:?}",
-                            engine.is_region_written(offset_bytes / engine.region_bytes()),
-                            engine.is_region_unsynced(offset_bytes / engine.region_bytes()),
-                            status.state,
-                            status
-                                .members
-                                .iter()
-                                .map(|m| (m.role, m.state))
-                                .collect::<Vec<_>>(),
-                            engine
-                                .superblock()
-                                .members
-                                .iter()
-                                .map(|m| (m.role, m.state, m.rebuild_position_bytes))
-                                .collect::<Vec<_>>(),
-                            engine.superblock().bad_ranges
-                        ));
-                    }
-                }
-                Ok(())
+        if let (
+            HostKind::Read {
+                offset_bytes,
+                len_bytes,
+            },
+            Ok(data),
+        ) = (&host.kind, &result)
+        {
+            let data = data.as_ref().ok_or("read reply without data")?;
+            if let Err(error) =
+                self.check_read_data(*offset_bytes, *len_bytes, data, host.submit, ack)
+            {
+                return Err(format!("{error}\n  {}", self.describe_at(*offset_bytes)));
             }
-            Err(error) => Err(error),
-        };
+        }
         match (host.kind, result) {
-            (HostKind::Read { .. }, Ok(())) => {}
-            (HostKind::Write { ticket, fua }, Ok(()))
-            | (HostKind::Zeroes { ticket, fua }, Ok(())) => self.model.write_acked(&ticket, fua),
-            (HostKind::Discard { ticket }, Ok(())) => self.model.write_acked(&ticket, false),
-            (HostKind::Flush, Ok(())) => self.model.flush_acked(host.submit),
-            (HostKind::Zeroes { ticket, .. }, Err(HostError::NotFast)) => {
+            (HostKind::Read { .. }, Ok(_)) => {}
+            (HostKind::Write { ticket, fua }, Ok(_))
+            | (HostKind::Zeroes { ticket, fua }, Ok(_)) => self.model.write_acked(&ticket, fua),
+            (HostKind::Discard { ticket }, Ok(_)) => self.model.write_acked(&ticket, false),
+            (HostKind::Flush, Ok(_)) => self.model.flush_acked(host.submit),
+            (HostKind::Zeroes { ticket, .. }, Err(Failure::NotFast)) => {
                 self.model.write_cancelled(&ticket)
             }
+            // Refused before any block changed, or applied in part: unacknowledged, the write
+            // stays possible for every later read, as does what it would have replaced.
+            (
+                HostKind::Write { .. } | HostKind::Zeroes { .. } | HostKind::Discard { .. },
+                Err(Failure::NoSpace),
+            ) => self.stats.thin_no_space += 1,
+            // A clean restart stops the thin drive with requests queued.
+            (_, Err(Failure::Unavailable)) if self.restarting => {}
             (kind, Err(error)) => {
                 self.stats.failed_requests += 1;
                 let what = match kind {
@@ -758,9 +932,8 @@ impl World {
                     };
                     let status = self.engine.as_ref().map(|engine| engine.status());
                     return Err(format!(
-                        "{what} request {}{range} failed with {error:?} in a must-survive run; \
+                        "{what} request {id}{range} failed with {error} in a must-survive run; \
                          group {:?}, members {:?}, bad ranges {:?}, latent errors {:?}",
-                        reply.id,
                         status.as_ref().map(|s| s.state),
                         status.as_ref().map(|s| s
                             .members
@@ -786,22 +959,43 @@ impl World {
         Ok(())
     }
 
+    /// The group's state around a host offset, for a failed read check.
+    fn describe_at(&self, offset_bytes: u64) -> String {
+        let engine = self.engine.as_ref().expect("engine");
+        let status = engine.status();
+        let thin = self
+            .store()
+            .map(|store| format!(", thin {}", store.debug_position()))
+            .unwrap_or_default();
+        format!(
+            "region of offset written {} unsynced {}, group {:?}, members {:?}, rebuild {:?}, bad ranges {:?}{thin}",
+            engine.is_region_written(offset_bytes / engine.region_bytes()),
+            engine.is_region_unsynced(offset_bytes / engine.region_bytes()),
+            status.state,
+            status
+                .members
+                .iter()
+                .map(|m| (m.role, m.state))
+                .collect::<Vec<_>>(),
+            engine
+                .superblock()
+                .members
+                .iter()
+                .map(|m| (m.role, m.state, m.rebuild_position_bytes))
+                .collect::<Vec<_>>(),
+            engine.superblock().bad_ranges
+        )
+    }
+
     fn check_read_data(
         &mut self,
         offset_bytes: u64,
         len_bytes: u64,
-        buffer: tessera_buffer::BufferId,
+        data: &[u8],
         submit: u64,
         ack: u64,
     ) -> Result<(), String> {
         let first = offset_bytes / SECTOR_BYTES as u64;
-        let data = self
-            .engine
-            .as_ref()
-            .expect("engine")
-            .pool()
-            .slice(buffer)
-            .to_vec();
         assert_eq!(data.len() as u64, len_bytes);
         for (i, bytes) in data.chunks_exact(SECTOR_BYTES).enumerate() {
             let sector = first + i as u64;
@@ -882,6 +1076,7 @@ impl World {
                     .as_ref()
                     .is_some_and(|engine| engine.journal_covering())
                     && !unsynced;
+
                 let lose = if redundancy > 0
                     && self.rng.chance(config.crash_loss_chance)
                     && (config.mode == FaultMode::BeyondTolerance || covered)
@@ -897,10 +1092,18 @@ impl World {
             return self.clean_restart();
         }
         if self.rng.chance(config.scrub_rate) {
-            let repair = self.rng.chance(500_000);
-            let engine = self.engine.as_mut().expect("engine");
-            if engine.start_scrub(repair).is_ok() {
-                self.note(format!("scrub started (repair {repair})"));
+            if self.thin.is_some() && self.rng.chance(500_000) {
+                if let Some(store) = self.thin.as_mut().and_then(|t| t.store.as_mut())
+                    && store.start_scrub()
+                {
+                    self.note("thin scrub started".into());
+                }
+            } else {
+                let repair = self.rng.chance(500_000);
+                let engine = self.engine.as_mut().expect("engine");
+                if engine.start_scrub(repair).is_ok() {
+                    self.note(format!("scrub started (repair {repair})"));
+                }
             }
         }
         if self.rng.chance(config.member_loss_rate)
@@ -1007,6 +1210,34 @@ impl World {
                 result
             ));
         }
+        self.final_thin_scrub()
+    }
+
+    /// A scrub of the thin drive reads every live block: none may fail its checksum.
+    fn final_thin_scrub(&mut self) -> Result<(), String> {
+        let Some(store) = self.thin.as_mut().and_then(|t| t.store.as_mut()) else {
+            return Ok(());
+        };
+        self.thin_scrub = None;
+        if !store.start_scrub() {
+            return Err("final thin scrub did not start".into());
+        }
+        let deadline = self.now_us + 600_000_000;
+        while self.thin_scrub.is_none() {
+            self.step()?;
+            if self.now_us > deadline {
+                return Err("liveness: the final thin scrub did not finish".into());
+            }
+        }
+        let (checked, detected, _) = self.thin_scrub.expect("finished");
+        let mapped = self
+            .store()
+            .map_or(0, |store| store.stats().logical_used_bytes / BLOCK_BYTES);
+        if detected != 0 || checked != mapped {
+            return Err(format!(
+                "final thin scrub checked {checked} of {mapped} mapped blocks, found {detected} errors"
+            ));
+        }
         Ok(())
     }
 
@@ -1063,6 +1294,9 @@ impl World {
             }
         }
         drop(engine);
+        if let Some(thin) = &mut self.thin {
+            thin.lose_store();
+        }
         self.queue.clear();
         self.scheduled.clear();
         self.in_flight.clear();
@@ -1071,14 +1305,16 @@ impl World {
             let mut rng = self.rng.fork();
             self.devices[device].member.crash(&mut rng, writes);
         }
-        if lost.is_empty() && !degraded {
+        // A thin drive checks every block it reads: a torn record is found and dropped, so
+        // what it returns is never anything but a write's data, lost members or not.
+        if (lost.is_empty() && !degraded) || self.thin.is_some() {
             self.model.crash();
-        } else if lost.is_empty() {
-            self.model.crash_losing_members();
         } else {
             // Writes not yet durable in a stripe that lost a member may read back as anything
             // (their stripe was torn); everything durable must survive.
             self.model.crash_losing_members();
+        }
+        if !lost.is_empty() {
             self.stats.crash_losses += 1;
             for &device in &lost {
                 self.devices[device].member.gone = true;
@@ -1095,6 +1331,24 @@ impl World {
         self.stats.restarts += 1;
         self.note("clean restart".into());
         self.restarting = true;
+        if let Some(store) = self.thin.as_mut().and_then(|t| t.store.as_mut()) {
+            store.shutdown();
+            let deadline = self.now_us + 60_000_000;
+            while !self.store().is_some_and(tessera_thin::Store::is_stopped) {
+                if self.now_us > deadline {
+                    return Err(format!(
+                        "liveness: the thin drive did not stop: {}",
+                        self.store().map(|s| s.debug_position()).unwrap_or_default()
+                    ));
+                }
+                let before = (self.now_us, self.queue.len());
+                self.step()?;
+                if (self.now_us, self.queue.len()) == before && self.queue.is_empty() {
+                    return Err("liveness: the thin drive's stop stalled".into());
+                }
+            }
+            self.thin.as_mut().expect("thin").lose_store();
+        }
         self.engine().stop();
         let deadline = self.now_us + 60_000_000;
         while !self.engine.as_ref().expect("engine").is_stopped() {
@@ -1196,6 +1450,14 @@ impl World {
         {
             self.repair_at = Some(self.now_us + self.rng.between(100, 5_000));
         }
+        if let Some(thin) = &mut self.thin
+            && let Err(error) = thin.open()
+        {
+            if self.config.mode == FaultMode::MustSurvive {
+                return Err(format!("the thin drive cannot start: {error}"));
+            }
+            self.note(format!("the thin drive cannot start: {error}"));
+        }
         self.drain()
     }
 
@@ -1281,6 +1543,7 @@ impl World {
             let engine = self.engine.as_ref().expect("engine");
             let state = engine.state();
             let settled = self.in_flight.is_empty()
+                && self.thin.as_ref().is_none_or(ThinDrive::is_idle)
                 && engine.is_idle()
                 && !engine.has_background_work()
                 && self.queue.is_empty()
@@ -1313,7 +1576,12 @@ impl World {
 
     /// Reads the whole working area and checks every sector.
     fn verify_all(&mut self) -> Result<(), String> {
-        if self.engine.as_ref().expect("engine").state() == GroupState::Failed {
+        if self.engine.as_ref().expect("engine").state() == GroupState::Failed
+            || self
+                .thin
+                .as_ref()
+                .is_some_and(|thin| !thin.store.as_ref().is_some_and(|s| s.is_ready()))
+        {
             return Ok(());
         }
         let total = self.config.working_bytes;
@@ -1335,13 +1603,18 @@ impl World {
                 },
             );
             self.update_oldest_read();
-            self.engine().submit(HostRequest {
-                id,
-                op: HostOp::Read {
+            let request = if self.thin.is_some() {
+                Request::Thin(tessera_thin::HostOp::Read {
                     offset_bytes: offset,
                     len_bytes: len,
-                },
-            });
+                })
+            } else {
+                Request::Group(HostOp::Read {
+                    offset_bytes: offset,
+                    len_bytes: len,
+                })
+            };
+            self.send_request(id, request);
             while self.in_flight.contains_key(&id) {
                 self.step()?;
             }
