@@ -160,7 +160,11 @@ impl Store {
     /// Bytes cleaning may move without taking a checkpoint's segments.
     fn cleaning_room_bytes(&self) -> u64 {
         let usable = self.layout.record_bytes - crate::format::RECORD_HEADER_BYTES as u64;
-        let left_in_segment = self.data_records_left_in_segment();
+        let left_in_segment = if self.layout.segment_of(self.next_record) == self.current_segment {
+            self.layout.first_record(self.current_segment + 1) - self.next_record
+        } else {
+            0
+        };
         let free = (self.free.len() as u64).saturating_sub(self.checkpoint_segments() + 1);
         (left_in_segment + free * self.layout.records_per_segment) * usable
     }

@@ -1,11 +1,10 @@
 //! The log: opening, filling and sealing records, claiming segments, write completions,
 //! flushes, and how much room is left.
 
-use super::{NONE, OpenRecord, Pending, Phase, RECOVERY_SEQ_GAP, Store, Waiter};
+use super::{OpenRecord, Pending, Phase, RECOVERY_SEQ_GAP, Store, Waiter};
 use crate::codec::Codec;
 use crate::format::{
-    ENTRY_BYTES, Entry, Location, NO_SEGMENT, PAYLOAD_ALIGN, RECORD_HEADER_BYTES, RecordHeader,
-    RecordKind,
+    ENTRY_BYTES, Entry, Location, PAYLOAD_ALIGN, RECORD_HEADER_BYTES, RecordHeader, RecordKind,
 };
 use crate::store::LowerOp;
 use std::sync::Arc;
@@ -53,26 +52,9 @@ impl Store {
 
     /// Opens the next record; `false` when the log has no segment to move on to. Only
     /// checkpoint records may take the segments a checkpoint needs.
-    ///
-    /// The segment the log goes on in is claimed when the last record of a segment is
-    /// opened, since only that record's `next_segment` is followed by replay (the others name
-    /// whatever was claimed when they were sealed, or none). Claiming it any sooner would make
-    /// every start-up take a segment, and a full store could not start.
     pub(super) fn open_record(&mut self, kind: RecordKind, checkpoint_id: u64) -> bool {
         assert!(self.open.is_none(), "a record is already open");
         if self.layout.segment_of(self.next_record) != self.current_segment {
-            let next = self.next_segment;
-            assert_ne!(
-                next, NONE,
-                "a segment's last record claimed where the log goes on"
-            );
-            self.current_segment = next;
-            self.next_segment = NONE;
-            self.enter_segment(next);
-            self.next_record = self.layout.first_record(next);
-        }
-        let last_of_segment = self.layout.segment_of(self.next_record + 1) != self.current_segment;
-        if last_of_segment && self.next_segment == NONE {
             if kind != RecordKind::Checkpoint
                 && self.free.len() as u64 <= self.checkpoint_segments()
             {
@@ -81,7 +63,9 @@ impl Store {
             let Some(claimed) = self.claim_segment() else {
                 return false;
             };
-            self.next_segment = claimed;
+            self.current_segment = std::mem::replace(&mut self.next_segment, claimed);
+            self.enter_segment(self.current_segment);
+            self.next_record = self.layout.first_record(self.current_segment);
         }
         let record = self.next_record;
         self.next_record += 1;
@@ -190,11 +174,7 @@ impl Store {
             seq: open.seq,
             prev_seq: open.prev_seq,
             checkpoint_id: open.checkpoint_id,
-            next_segment: if self.next_segment == NONE {
-                NO_SEGMENT
-            } else {
-                self.next_segment as u32
-            },
+            next_segment: self.next_segment as u32,
             kind: open.kind,
             record_bytes: self.layout.record_bytes as u32,
             durable_seq: self
@@ -324,20 +304,6 @@ impl Store {
         self.checkpoint_segments() + 2
     }
 
-    /// Data records that can still be opened in the current segment: its last one only if
-    /// the segment after it is claimed or may be (`open_record`).
-    pub(super) fn data_records_left_in_segment(&self) -> u64 {
-        if self.layout.segment_of(self.next_record) != self.current_segment {
-            return 0;
-        }
-        let left = self.layout.first_record(self.current_segment + 1) - self.next_record;
-        if self.next_segment == NONE && self.free.len() as u64 <= self.checkpoint_segments() {
-            left - 1
-        } else {
-            left
-        }
-    }
-
     /// Payload bytes host writes may still take before touching the reserve.
     pub(super) fn host_room_bytes(&self) -> u64 {
         let usable = self.layout.record_bytes - RECORD_HEADER_BYTES as u64;
@@ -345,7 +311,11 @@ impl Store {
             open.payload_start
                 .saturating_sub(RecordHeader::encoded_len(open.entries.len() + 1) as u64)
         });
-        let left_in_segment = self.data_records_left_in_segment();
+        let left_in_segment = if self.layout.segment_of(self.next_record) == self.current_segment {
+            self.layout.first_record(self.current_segment + 1) - self.next_record
+        } else {
+            0
+        };
         let free = (self.free.len() as u64).saturating_sub(self.reserve_segments());
         open_room + (left_in_segment + free * self.layout.records_per_segment) * usable
     }

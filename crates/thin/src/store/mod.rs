@@ -362,8 +362,7 @@ pub struct Store {
     /// Where the next record goes.
     next_record: u64,
     current_segment: u64,
-    /// Claimed for when `current_segment` is full, by its last record (which names it);
-    /// `NONE` until then.
+    /// Claimed for when `current_segment` is full; every record names it.
     next_segment: u64,
     /// Sealed records being written, by sequence number, with their bytes (reads of their
     /// blocks are served from here until the write completes).
@@ -436,9 +435,6 @@ const IDLE_SEAL_US: u64 = 100_000;
 /// Records in flight before host writes wait.
 const MAX_RECORDS_IN_FLIGHT: usize = 32;
 
-/// `Store::next_segment` while none is claimed.
-const NONE: u64 = u64::MAX;
-
 /// How far the sequence numbers jump at start-up, past anything a torn tail may hold.
 const RECOVERY_SEQ_GAP: u64 = 1 << 32;
 
@@ -469,7 +465,7 @@ impl Store {
             jump_seq: false,
             next_record: 0,
             current_segment: 0,
-            next_segment: NONE,
+            next_segment: 0,
             in_flight: BTreeMap::new(),
             resident: HashMap::new(),
             durable_seq: 0,

@@ -39,6 +39,7 @@ impl Store {
     fn format(&mut self) {
         self.phase = Phase::Formatting;
         let current = self.claim_segment().expect("a new store has free segments");
+        self.next_segment = self.claim_segment().expect("a new store has free segments");
         self.current_segment = current;
         self.enter_segment(current);
         self.next_record = self.layout.first_record(current);
@@ -368,9 +369,11 @@ impl Store {
             self.recovery_failed(format!("block {lba} is mapped past the end of the log"));
             return;
         }
-        // Where the log goes on after this segment is claimed when its last record is opened,
-        // so a store whose every segment is in use still starts (and serves reads).
-        self.next_segment = super::NONE;
+        let Some(next) = self.claim_segment() else {
+            self.recovery_failed("no free segment to continue the log in".into());
+            return;
+        };
+        self.next_segment = next;
         self.last_seq = recovery.expected_prev;
         self.jump_seq = true;
         // Records from the oldest torn one on must not be vouched for as durable: a later
