@@ -30,8 +30,9 @@ const REGRESSIONS: &[u64] = &[
 /// Seeds that found bugs with the host on a thin drive (`TESSERA_SIM_THIN=on`): a stop
 /// while the drive was formatting, or a crash before its format was durable (3); a merge
 /// refused as an I/O error by a stop (9); restarts in quick succession that left cleaning no
-/// time, until no final checkpoint fitted (114, 340).
-const THIN_REGRESSIONS: &[u64] = &[1, 3, 9, 114, 156, 340, 344];
+/// time, until no final checkpoint fitted (114, 340); start-up claimed a new segment for the
+/// log to go on in, so a full drive restarted often could no longer start (1875, 5104).
+const THIN_REGRESSIONS: &[u64] = &[1, 3, 9, 114, 156, 340, 344, 1875, 5104];
 
 /// Seeds that failed only with every seed journaling (`TESSERA_SIM_JOURNAL=always_on`): a
 /// partial parity entry after a replayable redo entry of its stripe (22755); an update planned

@@ -231,3 +231,82 @@ fn a_torn_block_of_an_unflushed_record_goes_back_to_its_flushed_value() {
         "its intact neighbour"
     );
 }
+
+#[test]
+fn a_full_drive_starts_again_and_again() {
+    // Overcommitted: more logical blocks than the extent holds.
+    let extent = 12 << 20;
+    let config = || {
+        let mut config = config(extent);
+        config.logical_bytes = 64 << 20;
+        config
+    };
+    let mut lower = Lower::new(extent, 0);
+    let mut store = Store::create(config()).unwrap();
+    run(&mut store, &mut lower);
+    let mut written = Vec::new();
+    let mut id = 0;
+    for lba in 0.. {
+        id += 1;
+        let reply = submit(
+            &mut store,
+            &mut lower,
+            id,
+            HostOp::Write {
+                offset_bytes: lba * BLOCK as u64,
+                data: block(lba, 1),
+                fua: false,
+            },
+        );
+        if reply.result.is_err() {
+            break;
+        }
+        written.push(lba);
+    }
+    id += 1;
+    assert_eq!(
+        submit(&mut store, &mut lower, id, HostOp::Flush).result,
+        Ok(None)
+    );
+    for restart in 0..40u64 {
+        if restart % 2 == 0 {
+            store.shutdown();
+            run(&mut store, &mut lower);
+            assert!(
+                store.is_stopped(),
+                "restart {restart}: the stop did not finish"
+            );
+        }
+        drop(store);
+        store = Store::open(config()).unwrap();
+        run(&mut store, &mut lower);
+        assert!(
+            store.is_ready(),
+            "restart {restart}: {:?}",
+            lower.events.last()
+        );
+        // One more write each time, refused or not, and a flush.
+        id += 1;
+        let lba = 10_000 + restart;
+        let reply = submit(
+            &mut store,
+            &mut lower,
+            id,
+            HostOp::Write {
+                offset_bytes: lba * BLOCK as u64,
+                data: block(lba, 2),
+                fua: true,
+            },
+        );
+        if reply.result.is_ok() {
+            written.push(lba);
+        }
+    }
+    for (i, &lba) in written.iter().enumerate() {
+        let version = if lba >= 10_000 { 2 } else { 1 };
+        assert_eq!(
+            read(&mut store, &mut lower, 1 << 40 | i as u64, lba),
+            block(lba, version)
+        );
+    }
+}

@@ -325,42 +325,71 @@ impl Store {
             }
         }
         // The log goes on right after its last good record, so a later replay finds what is
-        // written next by following the same chain.
+        // written next by following the same chain. Where it goes on after the current
+        // segment is the segment its records named, as before the stop: claiming another
+        // made every start-up take a segment, until a full drive could not start.
+        let named = u64::from(recovery.last_next_segment);
         match recovery.last_record {
             Some(last) if self.layout.segment_of(last + 1) == self.layout.segment_of(last) => {
                 self.current_segment = self.layout.segment_of(last);
                 self.next_record = last + 1;
+                let reusable = recovery.last_next_segment != NO_SEGMENT
+                    && named < self.layout.segments
+                    && named != self.current_segment
+                    && !recovery.chain.contains(&named)
+                    && self.segments[named as usize].live_bytes == 0;
+                let next = if reusable {
+                    self.free.remove(&named);
+                    self.segments[named as usize].used = true;
+                    Some(named)
+                } else {
+                    self.claim_segment()
+                };
+                let Some(next) = next else {
+                    self.recovery_failed("no free segment to continue the log in".into());
+                    return;
+                };
+                self.next_segment = next;
             }
             Some(last) => {
                 // A store only ever names a segment it claimed empty, outside the chain (the
-                // chain ends with it if replay went on into it and found nothing).
-                let next = u64::from(recovery.last_next_segment);
+                // chain ends with it if replay went on into it and found nothing). The log
+                // enters it with its next record, as it would have without the stop.
                 let entered =
-                    recovery.chain.last() == Some(&next) && self.layout.segment_of(last) != next;
-                if next >= self.layout.segments
-                    || (recovery.chain.contains(&next) && !entered)
-                    || self.segments[next as usize].live_bytes > 0
+                    recovery.chain.last() == Some(&named) && self.layout.segment_of(last) != named;
+                if named >= self.layout.segments
+                    || (recovery.chain.contains(&named) && !entered)
+                    || self.segments[named as usize].live_bytes > 0
                 {
                     self.recovery_failed(format!(
-                        "the log ends at a segment's end naming segment {next} to go on in, \
+                        "the log ends at a segment's end naming segment {named} to go on in, \
                          which it cannot"
                     ));
                     return;
                 }
-                self.free.remove(&next);
-                self.current_segment = next;
-                self.enter_segment(next);
-                self.next_record = self.layout.first_record(next);
+                self.free.remove(&named);
+                self.segments[named as usize].used = true;
+                self.current_segment = self.layout.segment_of(last);
+                self.next_record = last + 1;
+                self.next_segment = named;
             }
             None => {
                 self.current_segment = self.layout.segment_of(header.start_record);
                 self.next_record = header.start_record;
+                let Some(next) = self.claim_segment() else {
+                    self.recovery_failed("no free segment to continue the log in".into());
+                    return;
+                };
+                self.next_segment = next;
             }
         }
         // Blocks mapped where the log goes on would be overwritten: a store never maps any.
-        let head = self.layout.record_offset(self.next_record);
-        let segment_end =
-            (2 + self.layout.first_record(self.current_segment + 1)) * self.layout.record_bytes;
+        let position = self.next_position();
+        let head = self.layout.record_offset(position);
+        let segment_end = (2 + self
+            .layout
+            .first_record(self.layout.segment_of(position) + 1))
+            * self.layout.record_bytes;
         let overwritten = self.map.iter().find(|(_, location)| {
             location.address_bytes + u64::from(location.stored_len) > head
                 && location.address_bytes < segment_end
@@ -369,11 +398,6 @@ impl Store {
             self.recovery_failed(format!("block {lba} is mapped past the end of the log"));
             return;
         }
-        let Some(next) = self.claim_segment() else {
-            self.recovery_failed("no free segment to continue the log in".into());
-            return;
-        };
-        self.next_segment = next;
         self.last_seq = recovery.expected_prev;
         self.jump_seq = true;
         // Records from the oldest torn one on must not be vouched for as durable: a later
