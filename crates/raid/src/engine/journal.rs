@@ -717,12 +717,6 @@ impl Engine {
             self.journal.space_wanted = true;
             return false;
         };
-        // A batch leaves the arena's last sixteenth to superblock and bitmap writes, which must
-        // never wait for data I/O (stripe scratch stops at an eighth).
-        let capacity = self.pool.capacity_bytes();
-        if self.pool.used_bytes() + total as usize > capacity - capacity / 16 {
-            return false;
-        }
         let Some(buffer) = self.pool.alloc(total as usize) else {
             return false;
         };
