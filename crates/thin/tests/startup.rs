@@ -3,7 +3,8 @@
 
 mod common;
 
-use common::{BLOCK, Lower, block, config, run, submit};
+use common::{BLOCK, Lower, STRIPE_BYTES, block, config, run, submit};
+use tessera_thin::layout::Layout;
 use tessera_thin::{HostOp, LowerCommand, Output, Store, ThinEvent};
 
 const EXTENT_BYTES: u64 = 16 << 20;
@@ -19,6 +20,20 @@ fn take_lower(store: &mut Store, lower: &mut Lower) -> Vec<LowerCommand> {
         }
     }
     commands
+}
+
+/// A new store, formatted.
+fn formatted(lower: &mut Lower) -> Store {
+    let mut store = Store::create(config(EXTENT_BYTES)).unwrap();
+    run(&mut store, lower);
+    store
+}
+
+/// The store started again from what `lower` holds (ready or not).
+fn reopened(lower: &mut Lower) -> Store {
+    let mut store = Store::open(config(EXTENT_BYTES)).unwrap();
+    run(&mut store, lower);
+    store
 }
 
 fn write(store: &mut Store, lower: &mut Lower, id: u64, lba: u64, version: u64) {
@@ -67,8 +82,7 @@ fn a_stop_while_formatting_lets_the_format_finish_and_the_drive_opens_after() {
     assert!(replies[0].result.is_err());
     assert!(store.is_stopped(), "the store did not stop once formatted");
 
-    let mut store = Store::open(config(EXTENT_BYTES)).unwrap();
-    run(&mut store, &mut lower);
+    let store = reopened(&mut lower);
     assert!(store.is_ready(), "events: {:?}", lower.events);
     assert!(
         !lower.events.iter().any(|e| matches!(
@@ -138,8 +152,7 @@ fn a_crash_before_the_first_checkpoint_is_durable_formats_the_drive_again() {
 
     // The drive works from then on: its FUA write survives a crash.
     drop(store);
-    let mut store = Store::open(config(EXTENT_BYTES)).unwrap();
-    run(&mut store, &mut lower);
+    let mut store = reopened(&mut lower);
     assert!(store.is_ready());
     assert_eq!(read(&mut store, &mut lower, 3, 5), block(5, 1));
 }
@@ -147,8 +160,7 @@ fn a_crash_before_the_first_checkpoint_is_durable_formats_the_drive_again() {
 #[test]
 fn a_damaged_checkpoint_header_of_the_drive_is_not_formatted_over() {
     let mut lower = Lower::new(EXTENT_BYTES, 0);
-    let mut store = Store::create(config(EXTENT_BYTES)).unwrap();
-    run(&mut store, &mut lower);
+    let mut store = formatted(&mut lower);
     write(&mut store, &mut lower, 1, 7, 1);
     assert_eq!(
         submit(&mut store, &mut lower, 2, HostOp::Flush).result,
@@ -158,13 +170,11 @@ fn a_damaged_checkpoint_header_of_the_drive_is_not_formatted_over() {
 
     // The first checkpoint header is in slot 1; slot 0 has never been written. Damage a
     // byte inside the header (after its magic and store id).
-    let slot = Store::create(config(EXTENT_BYTES))
+    let slot = Layout::new(EXTENT_BYTES, STRIPE_BYTES)
         .unwrap()
-        .layout()
         .slot_offset(1) as usize;
     lower.image[slot + 40] ^= 0x10;
-    let mut store = Store::open(config(EXTENT_BYTES)).unwrap();
-    run(&mut store, &mut lower);
+    let store = reopened(&mut lower);
     assert!(!store.is_ready());
     assert!(
         lower
@@ -176,8 +186,7 @@ fn a_damaged_checkpoint_header_of_the_drive_is_not_formatted_over() {
     );
     // The log is still there for whoever repairs the header.
     lower.image[slot + 40] ^= 0x10;
-    let mut store = Store::open(config(EXTENT_BYTES)).unwrap();
-    run(&mut store, &mut lower);
+    let mut store = reopened(&mut lower);
     assert!(store.is_ready());
     assert_eq!(read(&mut store, &mut lower, 3, 7), block(7, 1));
 }
@@ -185,8 +194,7 @@ fn a_damaged_checkpoint_header_of_the_drive_is_not_formatted_over() {
 #[test]
 fn a_torn_block_of_an_unflushed_record_goes_back_to_its_flushed_value() {
     let mut lower = Lower::new(EXTENT_BYTES, 0);
-    let mut store = Store::create(config(EXTENT_BYTES)).unwrap();
-    run(&mut store, &mut lower);
+    let mut store = formatted(&mut lower);
     write(&mut store, &mut lower, 1, 5, 1);
     write(&mut store, &mut lower, 2, 6, 1);
     assert_eq!(
@@ -206,8 +214,7 @@ fn a_torn_block_of_an_unflushed_record_goes_back_to_its_flushed_value() {
     for byte in &mut lower.image[torn.address_bytes as usize + 40..][..64] {
         *byte ^= 0xff;
     }
-    let mut store = Store::open(config(EXTENT_BYTES)).unwrap();
-    run(&mut store, &mut lower);
+    let mut store = reopened(&mut lower);
     assert!(store.is_ready(), "events: {:?}", lower.events);
     assert!(
         lower.events.iter().any(|e| matches!(
