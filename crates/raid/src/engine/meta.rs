@@ -388,6 +388,7 @@ impl Engine {
         let zero_buffer = pool
             .alloc_zeroed(ZERO_BUFFER_BYTES)
             .expect("zero buffer fits the new pool");
+        let metadata_buffers = super::reserve::MetadataBuffers::new(&mut pool, members.len());
         let mut engine = Engine {
             parity,
             geometry,
@@ -402,6 +403,7 @@ impl Engine {
             },
             pool,
             zero_buffer,
+            metadata_buffers,
             now_us: 0,
             phase: Phase::Starting,
             reported_state: GroupState::Starting,
@@ -643,7 +645,7 @@ impl Engine {
             let mut copy = template.clone();
             copy.member_uuid = self.members.list[member].uuid;
             let image = copy.encode();
-            let buffer = self.pool.alloc(image.len()).expect("superblock buffer");
+            let buffer = self.metadata_buffers.take_superblock();
             self.pool.slice_mut(buffer).copy_from_slice(&image);
             issue.push((member, buffer));
         }
@@ -692,7 +694,7 @@ impl Engine {
             .as_mut()
             .expect("superblock write in flight");
         for buffer in std::mem::take(&mut write.buffers) {
-            self.pool.free(buffer);
+            self.metadata_buffers.give_superblock(buffer);
         }
         match write.stage {
             SuperblockStage::PreFlush => {

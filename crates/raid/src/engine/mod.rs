@@ -16,6 +16,7 @@ mod members;
 mod meta;
 mod regions;
 mod replay;
+mod reserve;
 mod scrub;
 mod slab;
 mod stripe;
@@ -218,6 +219,7 @@ pub struct Engine {
     members: Members,
     pool: BufferPool,
     zero_buffer: BufferId,
+    metadata_buffers: reserve::MetadataBuffers,
     now_us: u64,
     phase: Phase,
     reported_state: GroupState,
@@ -555,6 +557,9 @@ impl Engine {
             .count();
         if live >= crate::superblock::MAX_MEMBER_RECORDS {
             return Err(AdminError::TooManyMembers);
+        }
+        if !self.metadata_buffers.add_member_slot(&mut self.pool) {
+            return Err(AdminError::PoolFull);
         }
         let replacing = self.members.role_active(role);
         self.members.list.push(members::Member {

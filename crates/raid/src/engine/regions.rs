@@ -369,6 +369,9 @@ impl Engine {
             if self.regions.blocks[block as usize].writing.is_some() {
                 continue;
             }
+            if !self.metadata_buffers.has_bitmap() {
+                break;
+            }
             self.regions.needs_write.remove(&block);
             self.start_block_write(block);
             progressed = true;
@@ -383,9 +386,9 @@ impl Engine {
         let dirty = regions.dirty.block_bytes(block).to_vec();
         let image = bitmap::encode_block(regions.group_tag, block, sequence, &written, &dirty);
         let buffer = self
-            .pool
-            .alloc(bitmap::BLOCK_BYTES)
-            .expect("bitmap block buffer");
+            .metadata_buffers
+            .take_bitmap()
+            .expect("pump_bitmap checked for a free bitmap buffer");
         self.pool.slice_mut(buffer).copy_from_slice(&image);
         let targets = self.members.metadata_members();
         let slot = sequence % 2;
@@ -449,7 +452,7 @@ impl Engine {
             .writing
             .take()
             .expect("block write in flight");
-        self.pool.free(write.buffer);
+        self.metadata_buffers.give_bitmap(write.buffer);
         self.regions.blocks[block as usize].sequence = write.sequence;
         self.regions
             .block_durable(block, &write.written, &write.dirty);

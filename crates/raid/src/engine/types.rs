@@ -339,6 +339,9 @@ pub enum AdminError {
     AlreadyMember,
     /// The member table is full.
     TooManyMembers,
+    /// The buffer pool has no room right now for the new member's superblock buffer; the
+    /// request may be retried once I/O drains.
+    PoolFull,
     /// No member has that index (or it holds no role).
     NoSuchMember(usize),
     /// The member is not failed.
@@ -370,6 +373,12 @@ impl fmt::Display for AdminError {
             AdminError::RebuildRunning => write!(f, "a rebuild is already running"),
             AdminError::AlreadyMember => write!(f, "the device is already a member"),
             AdminError::TooManyMembers => write!(f, "the member table is full"),
+            AdminError::PoolFull => {
+                write!(
+                    f,
+                    "the buffer pool is full right now; retry when I/O drains"
+                )
+            }
             AdminError::NoSuchMember(member) => write!(f, "no member {member} with a role"),
             AdminError::NotFailed(member) => write!(f, "member {member} is not failed"),
             AdminError::RoleTaken(role) => write!(f, "role {role} is held by another member"),
