@@ -75,6 +75,7 @@ pub fn log_replay(data: &[u8]) {
     let config = Config {
         compression,
         repair_sources,
+        session_id: 3,
         ..base.config.clone()
     };
     let mut image = Image::new(&base.image);
@@ -125,6 +126,10 @@ pub fn log_replay(data: &[u8]) {
     // What a clean shutdown left must start again as it was.
     lower.commands = 0;
     lower.fail_at = 0;
+    let config = Config {
+        session_id: 4,
+        ..config
+    };
     let mut store = Store::open(config).expect("the fuzz configuration is valid");
     assert!(
         settle(&mut store, &mut lower, &mut HashMap::new()),
@@ -182,6 +187,7 @@ fn build_base(geometry: usize, with_log: bool) -> Base {
         repair_sources: 1,
         member_bytes_per_data_byte: 1.5,
         low_space_percent: 10,
+        session_id: 1,
     };
     let layout = Layout::new(extent_bytes, stripe_bytes).expect("a valid extent");
     let stale = vec![0xee; extent_bytes as usize];
@@ -212,7 +218,11 @@ fn build_base(geometry: usize, with_log: bool) -> Base {
     if with_log {
         let image = lower.image.to_vec();
         let mut reopened = Lower::new(Image::new(&image), &image, 0);
-        let mut store = Store::open(config.clone()).expect("a valid configuration");
+        let second = Config {
+            session_id: 2,
+            ..config.clone()
+        };
+        let mut store = Store::open(second).expect("a valid configuration");
         assert!(settle(&mut store, &mut reopened, &mut replies) && store.is_ready());
         for round in 0..12u64 {
             let op = workload_op(&mut rng, round + 100);

@@ -42,6 +42,9 @@ impl ThinDrive {
             repair_sources: geometry.read_around_sources(),
             member_bytes_per_data_byte: geometry.member_bytes_per_data_byte(),
             low_space_percent: 10,
+            // Counted up at every start-up (`open`): distinct, and no draw from the seed's
+            // random numbers.
+            session_id: 1,
         };
         let store = Store::create(config.clone())?;
         Ok(ThinDrive {
@@ -68,6 +71,7 @@ impl ThinDrive {
     /// Starts the store again from what the group holds (it reads its checkpoint and log).
     pub fn open(&mut self) -> Result<(), String> {
         assert!(self.store.is_none() && self.lower.is_empty());
+        self.config.session_id += 1;
         self.store = Some(Store::open(self.config.clone())?);
         Ok(())
     }

@@ -84,6 +84,7 @@ fn main() {
         repair_sources: 1,
         member_bytes_per_data_byte: 5.0 / 4.0,
         low_space_percent: 10,
+        session_id: 1,
     })
     .expect("store");
     assert_eq!(run(&mut store, &mut image), 0);

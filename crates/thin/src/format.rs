@@ -4,9 +4,9 @@
 
 use crate::codec::Codec;
 
-pub const RECORD_MAGIC: [u8; 8] = *b"TSTHINR1";
+pub const RECORD_MAGIC: [u8; 8] = *b"TSTHINR2";
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"TSTHINC1";
-pub const RECORD_HEADER_BYTES: usize = 72;
+pub const RECORD_HEADER_BYTES: usize = 80;
 pub const ENTRY_BYTES: usize = 20;
 /// Stored blocks start at multiples of this within a record.
 pub const PAYLOAD_ALIGN: u64 = 16;
@@ -91,6 +91,13 @@ pub struct RecordHeader {
     /// Every record up to this sequence number was durable (flushed) when this one was
     /// sealed: recovery tells a torn tail from corruption by it.
     pub durable_seq: u64,
+    /// Names the start-up of the store that wrote the record (drawn at random by whoever
+    /// starts it). A crashed start-up's records can share sequence numbers with the next
+    /// one's, which restarts from the same last durable record; the log's chain only passes
+    /// from one start-up to another at a record marked `first_of_session`.
+    pub session: u64,
+    /// The first record written after a start-up.
+    pub first_of_session: bool,
     pub entries: Vec<Entry>,
 }
 
@@ -125,8 +132,10 @@ impl RecordHeader {
         out[40..44].copy_from_slice(&self.next_segment.to_le_bytes());
         out[44..48].copy_from_slice(&(self.entries.len() as u32).to_le_bytes());
         out[48] = self.kind as u8;
+        out[49] = u8::from(self.first_of_session);
         out[52..56].copy_from_slice(&self.record_bytes.to_le_bytes());
         out[64..72].copy_from_slice(&self.durable_seq.to_le_bytes());
+        out[72..80].copy_from_slice(&self.session.to_le_bytes());
         for (i, entry) in self.entries.iter().enumerate() {
             let at = RECORD_HEADER_BYTES + i * ENTRY_BYTES;
             let e = &mut out[at..at + ENTRY_BYTES];
@@ -190,6 +199,11 @@ impl RecordHeader {
             2 => RecordKind::Checkpoint,
             _ => return None,
         };
+        let first_of_session = match record[49] {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
         let mut entries = Vec::with_capacity(count);
         for i in 0..count {
             let e = &record[RECORD_HEADER_BYTES + i * ENTRY_BYTES..][..ENTRY_BYTES];
@@ -240,6 +254,8 @@ impl RecordHeader {
             kind,
             record_bytes: le32(record, 52),
             durable_seq: le64(record, 64),
+            session: le64(record, 72),
+            first_of_session,
             entries,
         })
     }
@@ -325,6 +341,8 @@ mod tests {
             kind,
             record_bytes: 8192,
             durable_seq: 4,
+            session: 0x5e55_1000,
+            first_of_session: true,
             entries,
         }
     }

@@ -43,6 +43,7 @@ fn cleaning_does_not_spin_on_a_record_whose_header_is_damaged() {
         repair_sources: 1,
         member_bytes_per_data_byte: 1.5,
         low_space_percent: 10,
+        session_id: 1,
     };
     let mut image = vec![0u8; config.extent_bytes as usize];
     let mut store = Store::create(config.clone()).unwrap();
@@ -73,7 +74,7 @@ fn cleaning_does_not_spin_on_a_record_whose_header_is_damaged() {
     let layout = *store.layout();
     let address = store.location(0).expect("block 0 is stored").address_bytes;
     let first = layout.record_offset(layout.record_at(address)) as usize;
-    assert_eq!(&image[first..first + 8], b"TSTHINR1");
+    assert_eq!(&image[first..first + 8], b"TSTHINR2");
     image[first + 1] ^= 0x20;
 
     let mut store = Store::open(config).unwrap();
@@ -131,6 +132,7 @@ fn a_checkpoint_whose_sequence_numbers_reach_the_top_is_refused() {
         repair_sources: 1,
         member_bytes_per_data_byte: 1.5,
         low_space_percent: 10,
+        session_id: 1,
     };
     let mut image = vec![0u8; config.extent_bytes as usize];
     let mut store = Store::create(config.clone()).unwrap();

@@ -225,6 +225,7 @@ impl Harness {
             repair_sources,
             member_bytes_per_data_byte: 4.0 / 3.0,
             low_space_percent: 10,
+            session_id: 1,
         };
         let mut harness = Harness {
             rng: Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
@@ -616,6 +617,8 @@ impl Harness {
         self.model.reads.clear();
         self.model.flushes.clear();
         self.model.writes.clear();
+        // A new start-up of the store, as the daemon's (which draws it at random).
+        self.config.session_id += 1;
         self.store = Store::open(self.config.clone()).unwrap();
         self.settle_until_ready();
         let blocks = self.read_all();

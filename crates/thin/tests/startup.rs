@@ -5,7 +5,7 @@ mod common;
 
 use common::{BLOCK, Lower, STRIPE_BYTES, block, config, run, submit};
 use tessera_thin::layout::Layout;
-use tessera_thin::{HostOp, LowerCommand, Output, Store, ThinEvent};
+use tessera_thin::{HostOp, LowerCommand, LowerOp, Output, Store, ThinEvent};
 
 const EXTENT_BYTES: u64 = 16 << 20;
 
@@ -316,4 +316,106 @@ fn a_full_drive_starts_again_and_again() {
             block(lba, version)
         );
     }
+}
+
+/// Submits a write of block `lba` and a flush, and returns the lower commands they caused,
+/// none of them carried out (the write is answered, the flush is not).
+fn write_and_flush_held(
+    store: &mut Store,
+    lower: &mut Lower,
+    id: u64,
+    lba: u64,
+) -> Vec<LowerCommand> {
+    store.submit(
+        id,
+        HostOp::Write {
+            offset_bytes: lba * BLOCK as u64,
+            data: block(lba, id),
+            fua: false,
+        },
+    );
+    store.submit(id + 1, HostOp::Flush);
+    let mut commands = Vec::new();
+    while let Some(output) = store.poll() {
+        match output {
+            Output::Lower(command) => commands.push(command),
+            Output::Event(event) => lower.events.push(event),
+            Output::Reply(reply) => assert_eq!(reply.id, id, "only the write is answered"),
+        }
+    }
+    commands
+}
+
+fn record_write_offset(commands: &[LowerCommand]) -> u64 {
+    let offsets: Vec<u64> = commands
+        .iter()
+        .filter_map(|command| match &command.op {
+            LowerOp::Write { offset_bytes, .. } => Some(*offset_bytes),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(offsets.len(), 1, "one record written: {commands:?}");
+    offsets[0]
+}
+
+fn session(session_id: u64) -> tessera_thin::Config {
+    tessera_thin::Config {
+        session_id,
+        ..config(EXTENT_BYTES)
+    }
+}
+
+#[test]
+fn records_a_crashed_start_up_left_are_not_replayed_after_the_next_ones() {
+    let mut lower = Lower::new(EXTENT_BYTES, 0);
+    let mut store = formatted(&mut lower);
+    write(&mut store, &mut lower, 1, 0, 1);
+    submit(&mut store, &mut lower, 2, HostOp::Flush);
+    drop(store);
+
+    // Start-up 2 writes two records; the crash tears the first and keeps the second.
+    let mut store = Store::open(session(2)).unwrap();
+    run(&mut store, &mut lower);
+    assert!(store.is_ready());
+    let first = write_and_flush_held(&mut store, &mut lower, 10, 1);
+    let second = write_and_flush_held(&mut store, &mut lower, 20, 2);
+    let first_at = record_write_offset(&first);
+    let record_bytes = store.layout().record_bytes;
+    assert_eq!(record_write_offset(&second), first_at + record_bytes);
+    for command in second {
+        if matches!(command.op, LowerOp::Write { .. }) {
+            command.op.apply_to(&mut lower.image);
+        }
+    }
+    drop(store);
+
+    // Start-up 3 resumes where start-up 2 did, with the same sequence numbers: block 2 was
+    // never acknowledged and reads as before. Its first record lands; its second is lost.
+    let mut store = Store::open(session(3)).unwrap();
+    run(&mut store, &mut lower);
+    assert!(store.is_ready());
+    assert!(
+        read(&mut store, &mut lower, 30, 2) == vec![0u8; BLOCK],
+        "block 2 was never acknowledged"
+    );
+    let resumed = write_and_flush_held(&mut store, &mut lower, 40, 3);
+    assert_eq!(record_write_offset(&resumed), first_at, "resumed elsewhere");
+    for command in resumed {
+        if matches!(command.op, LowerOp::Write { .. }) {
+            command.op.apply_to(&mut lower.image);
+        }
+    }
+    write_and_flush_held(&mut store, &mut lower, 50, 4);
+    drop(store);
+
+    // Start-up 2's second record follows start-up 3's first on the drive and names its
+    // sequence number as predecessor, but it is not of start-up 3: the log ends before it.
+    let mut store = Store::open(session(4)).unwrap();
+    run(&mut store, &mut lower);
+    assert!(store.is_ready());
+    assert!(read(&mut store, &mut lower, 60, 0) == block(0, 1));
+    assert!(
+        read(&mut store, &mut lower, 61, 2) == vec![0u8; BLOCK],
+        "block 2 came back from the crashed start-up"
+    );
 }

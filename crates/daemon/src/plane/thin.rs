@@ -39,6 +39,12 @@ fn store_config(group: &Group, vd: &VdRecord, thin: &ThinRecord) -> Config {
         repair_sources: geometry.read_around_sources(),
         member_bytes_per_data_byte: geometry.member_bytes_per_data_byte(),
         low_space_percent: thin.low_space_percent,
+        // Every start-up of the store gets a new one (see `Config::session_id`).
+        session_id: u64::from_le_bytes(
+            super::admin::random_uuid().0[..8]
+                .try_into()
+                .expect("8 bytes"),
+        ),
     }
 }
 

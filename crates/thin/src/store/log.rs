@@ -72,13 +72,14 @@ impl Store {
         let seq = self.next_seq();
         let prev_seq = self.last_seq;
         self.last_seq = seq;
-        self.jump_seq = false;
+        let first_of_session = std::mem::replace(&mut self.jump_seq, false);
         let record_bytes = self.layout.record_bytes;
         self.resident.insert(record, seq);
         self.open = Some(OpenRecord {
             record,
             seq,
             prev_seq,
+            first_of_session,
             kind,
             checkpoint_id,
             entries: Vec::new(),
@@ -180,6 +181,8 @@ impl Store {
             durable_seq: self
                 .durable_cap
                 .map_or(self.durable_seq, |cap| cap.min(self.durable_seq)),
+            session: self.config.session_id,
+            first_of_session: open.first_of_session,
             entries: std::mem::take(&mut open.entries),
         };
         assert!(

@@ -56,6 +56,11 @@ pub struct Config {
     pub member_bytes_per_data_byte: f64,
     /// A low-space event is raised when free space falls below this share of the extent.
     pub low_space_percent: u8,
+    /// Names this start-up in the records it writes; must differ from every earlier start-up
+    /// of the store (draw it at random). Recovery ends the log where a record of another
+    /// start-up follows without being its first, so records a crashed start-up left past the
+    /// point the next one resumed from are never taken for the next one's.
+    pub session_id: u64,
 }
 
 /// A host request, in logical bytes (multiples of `SECTOR_BYTES`).
@@ -293,6 +298,7 @@ struct OpenRecord {
     record: u64,
     seq: u64,
     prev_seq: u64,
+    first_of_session: bool,
     kind: crate::format::RecordKind,
     checkpoint_id: u64,
     entries: Vec<crate::format::Entry>,

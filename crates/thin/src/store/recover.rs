@@ -17,6 +17,9 @@ pub(super) struct Recovery {
     header: Option<CheckpointHeader>,
     /// The sequence number the next record must name as its predecessor.
     expected_prev: u64,
+    /// The start-up that wrote the last record replayed; the next record must be of the same
+    /// one unless it is the first of its own.
+    expected_session: Option<u64>,
     last_record: Option<u64>,
     last_next_segment: u32,
     checkpoint_records: u32,
@@ -67,6 +70,7 @@ impl Store {
             slots_foreign: 0,
             header: None,
             expected_prev: 0,
+            expected_session: None,
             last_record: None,
             last_next_segment: NO_SEGMENT,
             checkpoint_records: 0,
@@ -211,12 +215,17 @@ impl Store {
         let Some(header) = RecordHeader::decode(bytes, self.config.store_id) else {
             return Err(None);
         };
+        let other_session = recovery
+            .expected_session
+            .is_some_and(|session| session != header.session && !header.first_of_session);
         if header.prev_seq != recovery.expected_prev
+            || other_session
             || header.seq <= header.prev_seq
             || header.seq >= MAX_SEQ
         {
             return Err(None);
         }
+        recovery.expected_session = Some(header.session);
         let checkpoint = recovery.header.expect("checkpoint chosen");
         recovery.expected_prev = header.seq;
         recovery.last_record = Some(record);

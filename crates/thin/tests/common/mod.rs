@@ -76,5 +76,6 @@ pub fn config(extent_bytes: u64) -> Config {
         repair_sources: 1,
         member_bytes_per_data_byte: 4.0 / 3.0,
         low_space_percent: 10,
+        session_id: 1,
     }
 }
