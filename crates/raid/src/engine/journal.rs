@@ -935,7 +935,9 @@ impl Engine {
             self.advance_durable_floor(carried);
         }
         if empty {
-            self.journal.batches.remove(&sequence);
+            // Unreachable today (an op outlives its batch's commit), kept whole anyway: a
+            // batch forgotten without its stripes would leave later writes waiting on them.
+            self.forget_batch(sequence);
         }
         for op in ops {
             if let Some(entry) = self.ops.get_mut(op) {
@@ -977,24 +979,34 @@ impl Engine {
             .map(|(&sequence, _)| sequence)
             .collect();
         for sequence in retired {
-            let batch = self.journal.batches.remove(&sequence).expect("listed");
             self.journal.done_batches -= 1;
-            for stripe in batch.intents {
-                if self.journal.intents.get(&stripe) == Some(&sequence) {
-                    self.journal.intents.remove(&stripe);
-                }
-            }
-            for stripe in batch.partials {
-                if let Some(partials) = self.journal.partials.get_mut(&stripe) {
-                    partials.retain(|partial| partial.sequence != sequence);
-                    if partials.is_empty() {
-                        self.journal.partials.remove(&stripe);
-                    }
-                }
-            }
+            self.forget_batch(sequence);
         }
         let waiters = std::mem::take(&mut self.journal.intent_waiters);
         self.ready.extend(waiters);
+    }
+
+    /// Drops a batch and what it told about its stripes (full-stripe intents and partial
+    /// parity entries that later writes wait on).
+    fn forget_batch(&mut self, sequence: u64) {
+        let batch = self
+            .journal
+            .batches
+            .remove(&sequence)
+            .expect("a live batch");
+        for stripe in batch.intents {
+            if self.journal.intents.get(&stripe) == Some(&sequence) {
+                self.journal.intents.remove(&stripe);
+            }
+        }
+        for stripe in batch.partials {
+            if let Some(partials) = self.journal.partials.get_mut(&stripe) {
+                partials.retain(|partial| partial.sequence != sequence);
+                if partials.is_empty() {
+                    self.journal.partials.remove(&stripe);
+                }
+            }
+        }
     }
 
     /// Releases the writes an op held back while its entry was committed.

@@ -414,7 +414,10 @@ impl Engine {
             return self.read_batch_copy(sequence, copy + 1);
         };
         let mut writes = Vec::new();
-        let mut partials = Vec::new();
+        // Partial parity entries: the written range is read as the crash left it, then
+        // folded into the entry to give parity (`waiting`, in the order of `reads`).
+        let mut reads = Vec::new();
+        let mut waiting = Vec::new();
         let mut scratch_buffers = Vec::new();
         let mut valid = true;
         let mut replayed = 0u64;
@@ -453,16 +456,14 @@ impl Engine {
                         .alloc(payload.len())
                         .expect("a chunk fits the pool at start-up");
                     scratch_buffers.push(scratch);
-                    partials.push((
-                        member,
-                        offset + write.within_bytes,
-                        PartialParity {
-                            data: self.pool.full(scratch),
-                            payload,
-                            parity_member: *parity_member,
-                            parity_offset_bytes: parity_offset + write.within_bytes,
-                        },
-                    ));
+                    let data = self.pool.full(scratch);
+                    reads.push((member, offset + write.within_bytes, data));
+                    waiting.push(PartialParity {
+                        data,
+                        payload,
+                        parity_member: *parity_member,
+                        parity_offset_bytes: parity_offset + write.within_bytes,
+                    });
                 }
                 continue;
             }
@@ -480,16 +481,11 @@ impl Engine {
         if !valid {
             replay.incomplete = true;
             writes.clear();
-            partials.clear();
+            reads.clear();
+            waiting.clear();
         }
         replay.replayed_entries += replayed;
         self.counters.journal_replayed_entries += replayed;
-        let mut reads = Vec::new();
-        let mut waiting = Vec::new();
-        for (member, offset_bytes, partial) in partials {
-            reads.push((member, offset_bytes, partial.data));
-            waiting.push(partial);
-        }
         let current = self.applying();
         current.pending = u32::try_from(writes.len() + reads.len()).expect("I/O fits u32");
         current.reads_pending = u32::try_from(reads.len()).expect("reads fit u32");
