@@ -302,7 +302,7 @@ fn flip_data_bits(path: &str, count: usize, seed: u64) -> usize {
             .expect("read member");
         let header = block
             .windows(8)
-            .any(|w| w == b"TSTHINR1" || w == b"TSTHINC1");
+            .any(|w| w == b"TSTHINR2" || w == b"TSTHINC2");
         if header || block.iter().all(|&b| b == 0) {
             continue;
         }

@@ -5,7 +5,10 @@
 use crate::codec::Codec;
 
 pub const RECORD_MAGIC: [u8; 8] = *b"TSTHINR2";
-pub const CHECKPOINT_MAGIC: [u8; 8] = *b"TSTHINC1";
+pub const CHECKPOINT_MAGIC: [u8; 8] = *b"TSTHINC2";
+/// The checkpoint magic of format 1, whose records had no start-up session: such a drive is
+/// refused, never formatted over nor replayed with format 2's rules.
+pub const CHECKPOINT_MAGIC_V1: [u8; 8] = *b"TSTHINC1";
 pub const RECORD_HEADER_BYTES: usize = 80;
 pub const ENTRY_BYTES: usize = 20;
 /// Stored blocks start at multiples of this within a record.
@@ -298,14 +301,22 @@ impl CheckpointHeader {
         out[76..80].copy_from_slice(&crc.to_le_bytes());
     }
 
-    /// Any store's checkpoint header (the caller checks `store_id`); `None` if damaged.
-    /// Whether `bytes` start like a header of store `store_id`, intact or not.
+    /// Whether `bytes` start like a header of store `store_id`, intact or not, in this
+    /// format or format 1.
     pub fn names_store(bytes: &[u8], store_id: u64) -> bool {
         bytes.len() >= CHECKPOINT_HEADER_BYTES
-            && bytes[0..8] == CHECKPOINT_MAGIC
+            && (bytes[0..8] == CHECKPOINT_MAGIC || bytes[0..8] == CHECKPOINT_MAGIC_V1)
             && le64(bytes, 8) == store_id
     }
 
+    /// Whether `bytes` start like a format 1 header of store `store_id`.
+    pub fn is_format_1(bytes: &[u8], store_id: u64) -> bool {
+        bytes.len() >= CHECKPOINT_HEADER_BYTES
+            && bytes[0..8] == CHECKPOINT_MAGIC_V1
+            && le64(bytes, 8) == store_id
+    }
+
+    /// Any store's checkpoint header (the caller checks `store_id`); `None` if damaged.
     pub fn decode(bytes: &[u8]) -> Option<CheckpointHeader> {
         if bytes.len() < CHECKPOINT_HEADER_BYTES || bytes[0..8] != CHECKPOINT_MAGIC {
             return None;

@@ -192,6 +192,33 @@ fn a_damaged_checkpoint_header_of_the_drive_is_not_formatted_over() {
 }
 
 #[test]
+fn a_drive_in_format_1_is_refused_not_formatted_over() {
+    let mut lower = Lower::new(EXTENT_BYTES, 0);
+    let mut store = formatted(&mut lower);
+    write(&mut store, &mut lower, 1, 7, 1);
+    submit(&mut store, &mut lower, 2, HostOp::Flush);
+    drop(store);
+    // What format 1 left in the slot: its magic (the rest of that header differed too).
+    let slot = Layout::new(EXTENT_BYTES, STRIPE_BYTES)
+        .unwrap()
+        .slot_offset(1) as usize;
+    lower.image[slot..slot + 8].copy_from_slice(b"TSTHINC1");
+    let before = lower.image.clone();
+    let store = reopened(&mut lower);
+    assert!(!store.is_ready());
+    let reason = lower.events.iter().find_map(|e| match e {
+        ThinEvent::StartFailed { reason } => Some(reason.clone()),
+        _ => None,
+    });
+    assert!(
+        reason.as_deref().is_some_and(|r| r.contains("format 1")),
+        "events: {:?}",
+        lower.events
+    );
+    assert!(lower.image == before, "the drive was written to");
+}
+
+#[test]
 fn a_torn_block_of_an_unflushed_record_goes_back_to_its_flushed_value() {
     let mut lower = Lower::new(EXTENT_BYTES, 0);
     let mut store = formatted(&mut lower);

@@ -14,6 +14,8 @@ pub(super) struct Recovery {
     slots_pending: u8,
     /// Slots read that carry nothing of this store, not even a damaged header.
     slots_foreign: u8,
+    /// A slot holds a header of this store in format 1.
+    format_1: bool,
     header: Option<CheckpointHeader>,
     /// The sequence number the next record must name as its predecessor.
     expected_prev: u64,
@@ -68,6 +70,7 @@ impl Store {
             slots: [None, None],
             slots_pending: 2,
             slots_foreign: 0,
+            format_1: false,
             header: None,
             expected_prev: 0,
             expected_session: None,
@@ -110,6 +113,7 @@ impl Store {
             if !CheckpointHeader::names_store(&bytes, store_id) {
                 recovery.slots_foreign += 1;
             }
+            recovery.format_1 |= CheckpointHeader::is_format_1(&bytes, store_id);
             recovery.slots[slot as usize] = CheckpointHeader::decode(&bytes).filter(|h| {
                 h.store_id == store_id
                     && u64::from(h.record_bytes) == layout.record_bytes
@@ -130,6 +134,15 @@ impl Store {
             .flatten()
             .max_by_key(|h| h.checkpoint_id)
             .copied();
+        if recovery.format_1 && newest.is_none() {
+            self.recovery_failed(
+                "the thin drive is in format 1 (written before records named their start-up); \
+                 this version reads format 2 only: copy its data out with the version that \
+                 wrote it"
+                    .into(),
+            );
+            return;
+        }
         let Some(header) = newest else {
             if recovery.slots_foreign == 2 {
                 // The first header never became durable (a crash or stop during `create`),
