@@ -240,7 +240,8 @@ impl Bench {
     }
 }
 
-/// One closed-loop run.
+/// One closed-loop run, or the sum of several.
+#[derive(Default)]
 struct Measured {
     ops: u64,
     bytes: u64,
@@ -249,7 +250,34 @@ struct Measured {
     engine_seconds: f64,
 }
 
+/// Runs of each side alternate in this many slices of the duration, so that a machine whose
+/// speed drifts (a shared virtual machine: the no-RAID side alone moved by 30% between
+/// back-to-back runs) weighs on both sides alike.
+const SLICES: u32 = 8;
+
+/// `a` and `b` on `workload` for `duration` each, in alternating slices.
+fn alternate(
+    a: &mut Bench,
+    b: &mut Bench,
+    workload: Workload,
+    duration: Duration,
+) -> (Measured, Measured) {
+    let mut totals = (Measured::default(), Measured::default());
+    for _ in 0..SLICES {
+        totals.0.add(&a.run(workload, duration / SLICES));
+        totals.1.add(&b.run(workload, duration / SLICES));
+    }
+    totals
+}
+
 impl Measured {
+    fn add(&mut self, other: &Measured) {
+        self.ops += other.ops;
+        self.bytes += other.bytes;
+        self.wall_seconds += other.wall_seconds;
+        self.engine_seconds += other.engine_seconds;
+    }
+
     fn iops(&self) -> f64 {
         self.ops as f64 / self.wall_seconds
     }
@@ -312,8 +340,7 @@ fn main() {
             {
                 continue;
             }
-            let raid_run = raid.run(workload, duration);
-            let plain_run = plain.run(workload, duration);
+            let (raid_run, plain_run) = alternate(&mut raid, &mut plain, workload, duration);
             let ratio = raid_run.iops() / plain_run.iops();
             let engine_ratio = raid_run.engine_iops() / plain_run.engine_iops();
             let theoretical = match workload {
@@ -371,17 +398,8 @@ fn journal_cost(
     let mut on = Bench::new(level, members, JournalMode::AlwaysOn);
     on.precondition();
     for workload in [Workload::RandomWrite, Workload::SequentialWrite] {
-        // Alternate short runs so a drifting machine affects both sides alike.
-        let (mut on_ops, mut on_s, mut off_ops, mut off_s) = (0, 0.0, 0, 0.0);
-        for _ in 0..4 {
-            let run = on.run(workload, duration / 4);
-            on_ops += run.ops;
-            on_s += run.wall_seconds;
-            let run = off.run(workload, duration / 4);
-            off_ops += run.ops;
-            off_s += run.wall_seconds;
-        }
-        let (on_iops, off_iops) = (on_ops as f64 / on_s, off_ops as f64 / off_s);
+        let (on_run, off_run) = alternate(&mut on, &mut off, workload, duration);
+        let (on_iops, off_iops) = (on_run.iops(), off_run.iops());
         let ratio = on_iops / off_iops;
         let name = format!("{level} {}+{parity}", members - parity);
         rows.push(format!(
