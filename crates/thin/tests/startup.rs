@@ -36,6 +36,13 @@ fn reopened(lower: &mut Lower) -> Store {
     store
 }
 
+/// A new store holding version 1 of block `lba`, flushed; then the store is gone.
+fn one_flushed_block(lower: &mut Lower, lba: u64) {
+    let mut store = formatted(lower);
+    write(&mut store, lower, 1, lba, 1);
+    assert_eq!(submit(&mut store, lower, 2, HostOp::Flush).result, Ok(None));
+}
+
 fn write(store: &mut Store, lower: &mut Lower, id: u64, lba: u64, version: u64) {
     let reply = submit(
         store,
@@ -160,13 +167,7 @@ fn a_crash_before_the_first_checkpoint_is_durable_formats_the_drive_again() {
 #[test]
 fn a_damaged_checkpoint_header_of_the_drive_is_not_formatted_over() {
     let mut lower = Lower::new(EXTENT_BYTES, 0);
-    let mut store = formatted(&mut lower);
-    write(&mut store, &mut lower, 1, 7, 1);
-    assert_eq!(
-        submit(&mut store, &mut lower, 2, HostOp::Flush).result,
-        Ok(None)
-    );
-    drop(store);
+    one_flushed_block(&mut lower, 7);
 
     // The first checkpoint header is in slot 1; slot 0 has never been written. Damage a
     // byte inside the header (after its magic and store id).
@@ -194,10 +195,7 @@ fn a_damaged_checkpoint_header_of_the_drive_is_not_formatted_over() {
 #[test]
 fn a_drive_in_format_1_is_refused_not_formatted_over() {
     let mut lower = Lower::new(EXTENT_BYTES, 0);
-    let mut store = formatted(&mut lower);
-    write(&mut store, &mut lower, 1, 7, 1);
-    submit(&mut store, &mut lower, 2, HostOp::Flush);
-    drop(store);
+    one_flushed_block(&mut lower, 7);
     // What format 1 left in the slot: its magic (the rest of that header differed too).
     let slot = Layout::new(EXTENT_BYTES, STRIPE_BYTES)
         .unwrap()
@@ -373,6 +371,16 @@ fn write_and_flush_held(
     commands
 }
 
+/// The writes among `commands` reach the drive; nothing is answered (the store is about to
+/// be gone).
+fn land_writes(commands: &[LowerCommand], lower: &mut Lower) {
+    for command in commands {
+        if matches!(command.op, LowerOp::Write { .. }) {
+            command.op.apply_to(&mut lower.image);
+        }
+    }
+}
+
 fn record_write_offset(commands: &[LowerCommand]) -> u64 {
     let offsets: Vec<u64> = commands
         .iter()
@@ -395,10 +403,7 @@ fn session(session_id: u64) -> tessera_thin::Config {
 #[test]
 fn records_a_crashed_start_up_left_are_not_replayed_after_the_next_ones() {
     let mut lower = Lower::new(EXTENT_BYTES, 0);
-    let mut store = formatted(&mut lower);
-    write(&mut store, &mut lower, 1, 0, 1);
-    submit(&mut store, &mut lower, 2, HostOp::Flush);
-    drop(store);
+    one_flushed_block(&mut lower, 0);
 
     // Start-up 2 writes two records; the crash tears the first and keeps the second.
     let mut store = Store::open(session(2)).unwrap();
@@ -409,11 +414,7 @@ fn records_a_crashed_start_up_left_are_not_replayed_after_the_next_ones() {
     let first_at = record_write_offset(&first);
     let record_bytes = store.layout().record_bytes;
     assert_eq!(record_write_offset(&second), first_at + record_bytes);
-    for command in second {
-        if matches!(command.op, LowerOp::Write { .. }) {
-            command.op.apply_to(&mut lower.image);
-        }
-    }
+    land_writes(&second, &mut lower);
     drop(store);
 
     // Start-up 3 resumes where start-up 2 did, with the same sequence numbers: block 2 was
@@ -427,11 +428,7 @@ fn records_a_crashed_start_up_left_are_not_replayed_after_the_next_ones() {
     );
     let resumed = write_and_flush_held(&mut store, &mut lower, 40, 3);
     assert_eq!(record_write_offset(&resumed), first_at, "resumed elsewhere");
-    for command in resumed {
-        if matches!(command.op, LowerOp::Write { .. }) {
-            command.op.apply_to(&mut lower.image);
-        }
-    }
+    land_writes(&resumed, &mut lower);
     write_and_flush_held(&mut store, &mut lower, 50, 4);
     drop(store);
 

@@ -369,26 +369,22 @@ impl Engine {
             if self.regions.blocks[block as usize].writing.is_some() {
                 continue;
             }
-            if !self.metadata_buffers.has_bitmap() {
+            let Some(buffer) = self.metadata_buffers.take_bitmap() else {
                 break;
-            }
+            };
             self.regions.needs_write.remove(&block);
-            self.start_block_write(block);
+            self.start_block_write(block, buffer);
             progressed = true;
         }
         progressed
     }
 
-    fn start_block_write(&mut self, block: u32) {
+    fn start_block_write(&mut self, block: u32, buffer: BufferId) {
         let regions = &mut self.regions;
         let sequence = regions.blocks[block as usize].sequence + 1;
         let written = regions.written.block_bytes(block).to_vec();
         let dirty = regions.dirty.block_bytes(block).to_vec();
         let image = bitmap::encode_block(regions.group_tag, block, sequence, &written, &dirty);
-        let buffer = self
-            .metadata_buffers
-            .take_bitmap()
-            .expect("pump_bitmap checked for a free bitmap buffer");
         self.pool.slice_mut(buffer).copy_from_slice(&image);
         let targets = self.members.metadata_members();
         let slot = sequence % 2;

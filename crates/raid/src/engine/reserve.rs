@@ -65,10 +65,6 @@ impl MetadataBuffers {
         self.superblock.push(buffer);
     }
 
-    pub(crate) fn has_bitmap(&self) -> bool {
-        !self.bitmap.is_empty()
-    }
-
     /// A buffer for one bitmap block write, or `None` while all are in flight.
     pub(crate) fn take_bitmap(&mut self) -> Option<BufferId> {
         self.bitmap.pop()
