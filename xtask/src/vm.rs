@@ -387,15 +387,30 @@ fn run_in(
         options.memory,
         machine.disks.len()
     );
-    let started = Instant::now();
-    let mut stdout = io::stdout();
-    let echo: Option<&mut (dyn Write + Send)> = if options.quiet {
-        None
-    } else {
-        Some(&mut stdout)
+    let mut attempt = 1;
+    let (boot, elapsed_seconds) = loop {
+        let started = Instant::now();
+        let mut stdout = io::stdout();
+        let echo: Option<&mut (dyn Write + Send)> = if options.quiet {
+            None
+        } else {
+            Some(&mut stdout)
+        };
+        let boot = qemu::boot(qemu, &machine, options.timeout, echo, false)?;
+        let elapsed_seconds = started.elapsed().as_secs_f64();
+        if attempt < BOOT_ATTEMPTS && !boot.timed_out && kernel_died_before_script(&boot.console) {
+            // Software emulation occasionally trips over the kernel's own live code patching
+            // (an int3 oops while static keys flip on another vCPU). The test script never ran
+            // and the disks are untouched, so booting again loses nothing.
+            eprintln!(
+                "vm: the guest kernel panicked before the test script started (attempt \
+                 {attempt} of {BOOT_ATTEMPTS}); booting again"
+            );
+            attempt += 1;
+            continue;
+        }
+        break (boot, elapsed_seconds);
     };
-    let boot = qemu::boot(qemu, &machine, options.timeout, echo, false)?;
-    let elapsed_seconds = started.elapsed().as_secs_f64();
     let log = run_directory.join("console.log");
     fs::write(&log, &boot.console).map_err(VmError::io(&log))?;
 
@@ -410,6 +425,17 @@ fn run_in(
     })?;
     eprintln!("vm: guest script exited with status {status} after {elapsed_seconds:.1} s");
     Ok(status)
+}
+
+/// How many times one run boots the guest while its kernel panics before the test script.
+const BOOT_ATTEMPTS: u32 = 3;
+
+/// Whether the guest kernel panicked before init announced the test script.
+fn kernel_died_before_script(console: &str) -> bool {
+    let script_started = console
+        .lines()
+        .any(|line| line.trim() == qemu::SCRIPT_MARKER);
+    !script_started && console.contains("Kernel panic")
 }
 
 /// The status on the last `VM-RESULT: N` line.
@@ -445,5 +471,16 @@ mod tests {
         );
         assert_eq!(guest_status("no result here\n"), None);
         assert_eq!(guest_status("VM-RESULT: 300\n"), Some(1));
+    }
+
+    #[test]
+    fn a_panic_counts_as_a_failed_boot_only_before_the_script_starts() {
+        let oops = "[ 2.1] Oops: int3\n[ 2.1] Kernel panic - not syncing: Fatal exception\n";
+        assert!(kernel_died_before_script(oops));
+        assert!(!kernel_died_before_script(&format!(
+            "{}\n{oops}",
+            qemu::SCRIPT_MARKER
+        )));
+        assert!(!kernel_died_before_script("[ 2.1] reboot: Power down\n"));
     }
 }

@@ -14,6 +14,8 @@ use super::VmError;
 pub const RESULT_MARKER: &str = "VM-RESULT: ";
 /// Printed by the init script when the kernel command line asks only for a probe boot.
 const PROBE_MARKER: &str = "VM-PROBE-OK";
+/// Printed by the guest's init just before it runs the test script.
+pub const SCRIPT_MARKER: &str = "VM-SCRIPT-START";
 /// After the result line, how long the guest gets to power off before it is killed.
 const POWER_OFF_GRACE: Duration = Duration::from_secs(15);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
