@@ -428,7 +428,7 @@ fn run_in(
 }
 
 /// How many times one run boots the guest while its kernel panics before the test script.
-const BOOT_ATTEMPTS: u32 = 3;
+const BOOT_ATTEMPTS: u32 = 5;
 
 /// Whether the guest kernel panicked before init announced the test script.
 fn kernel_died_before_script(console: &str) -> bool {
