@@ -110,6 +110,12 @@ impl Store {
         let Some(&(seq, _)) = self.dying.front() else {
             return;
         };
+        if seq > self.sealed_seq() && !self.blocked.is_empty() {
+            // The record that emptied it is still open, and the host writes that would fill
+            // it are the ones waiting for room: nothing else would ever seal it.
+            self.seal();
+            return;
+        }
         if seq > self.durable_seq && seq <= self.completed_seq() {
             self.reclaim_flush = true;
             self.wait_durable(seq, Waiter::Reclaim);
@@ -149,10 +155,14 @@ impl Store {
         urgent || dead >= (self.layout.segments / 20).max(2)
     }
 
-    /// Whether waiting can make room for host writes.
+    /// Whether waiting can make room for host writes: background work is running or can
+    /// start, or records still landing will empty segments or let cleaning take them.
     pub(super) fn can_reclaim(&self, _needed_bytes: u64) -> bool {
         self.checkpoint.is_some()
             || self.cleaning.is_some()
+            || self.reclaim_flush
+            || !self.in_flight.is_empty()
+            || !self.dying.is_empty()
             || self.checkpoint_pays()
             || self.cleaning_victim().is_some()
     }

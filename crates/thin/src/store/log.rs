@@ -302,9 +302,14 @@ impl Store {
         records.div_ceil(self.layout.records_per_segment) + 1
     }
 
-    /// Segments host writes leave alone: a checkpoint's, and room for cleaning to move blocks.
+    /// Segments host writes leave alone: a checkpoint's, and room for cleaning to empty more
+    /// segments than the next checkpoint takes. The segments cleaning empties stay taken
+    /// until a checkpoint covers them when they were written since the last one, and such a
+    /// checkpoint only pays once it frees more than it writes; with room for fewer moves,
+    /// a host that outran cleaning could leave neither cleaning nor a checkpoint able to
+    /// start, and a drive 70% full refusing writes.
     pub(super) fn reserve_segments(&self) -> u64 {
-        self.checkpoint_segments() + 2
+        2 * self.checkpoint_segments() + 2
     }
 
     /// Payload bytes host writes may still take before touching the reserve.
@@ -319,7 +324,11 @@ impl Store {
         } else {
             0
         };
-        let free = (self.free.len() as u64).saturating_sub(self.reserve_segments());
-        open_room + (left_in_segment + free * self.layout.records_per_segment) * usable
+        // The reserve counts the rest of the head segment too: cleaning claims a segment for
+        // what it moves, and a host allowed into the rest of it would take back every
+        // segment cleaning frees.
+        let records = left_in_segment + self.free.len() as u64 * self.layout.records_per_segment;
+        let reserved = self.reserve_segments() * self.layout.records_per_segment;
+        open_room + records.saturating_sub(reserved) * usable
     }
 }

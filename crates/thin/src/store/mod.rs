@@ -647,6 +647,11 @@ impl Store {
         }
         self.drain_blocked();
         self.background();
+        if !self.blocked.is_empty() {
+            // Background work may have freed segments without issuing a command whose
+            // completion would come back here.
+            self.drain_blocked();
+        }
     }
 
     /// Writes a final checkpoint so the next start need not replay the log; then stops.
