@@ -312,6 +312,7 @@ impl DataPlane {
 
     /// After a member failed: a suitable hot spare, dedicated first, takes its role.
     pub(crate) fn take_spare(&mut self, dg: u32) {
+        let was_waiting = self.spare_retry.remove(&dg);
         let Some(group) = self.groups.get(&dg) else {
             return;
         };
@@ -395,6 +396,13 @@ impl DataPlane {
                     Some(dg),
                     Some(spare),
                 );
+            }
+            Err(tessera_raid::engine::AdminError::PoolFull) => {
+                // Host I/O holds every buffer for now; the spare must not be forgotten.
+                self.spare_retry.insert(dg);
+                if !was_waiting {
+                    log!("hot spare {spare} waits for buffers to join drive group {dg}");
+                }
             }
             Err(error) => log!("hot spare {spare} not used: {error}"),
         }

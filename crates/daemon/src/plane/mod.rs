@@ -137,6 +137,9 @@ pub struct DataPlane {
     pub(crate) handshake_timeouts: u64,
     /// When handshakes were last checked for their deadline.
     last_handshake_sweep: Instant,
+    /// Degraded groups whose engine had no buffers to take a hot spare; tried again each
+    /// second until one is taken or none is needed.
+    pub(crate) spare_retry: std::collections::BTreeSet<u32>,
     /// The TLS server configuration, when NBD over TLS is offered.
     tls: Option<Arc<rustls::ServerConfig>>,
     #[cfg(feature = "gpu")]
@@ -335,6 +338,7 @@ impl DataPlane {
             refused_connections: 0,
             handshake_timeouts: 0,
             last_handshake_sweep: Instant::now(),
+            spare_retry: std::collections::BTreeSet::new(),
             tls,
             #[cfg(feature = "gpu")]
             parity_worker: None,
@@ -414,6 +418,9 @@ impl DataPlane {
             if self.last_handshake_sweep.elapsed() >= Duration::from_secs(1) {
                 self.last_handshake_sweep = Instant::now();
                 self.expire_handshakes();
+                for group in self.spare_retry.clone() {
+                    self.take_spare(group);
+                }
             }
         }
         for listener in &self.listeners {
