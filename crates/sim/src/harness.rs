@@ -200,6 +200,20 @@ impl Harness {
         }
     }
 
+    /// Fills `buffer` from member `member`'s image at `offset_bytes`, as a fault-free read
+    /// would; returns the filled bytes.
+    pub fn read_member_image(
+        &mut self,
+        member: usize,
+        offset_bytes: u64,
+        buffer: tessera_buffer::BufferSlice,
+    ) -> &mut [u8] {
+        let start = offset_bytes as usize;
+        let out = self.engine.pool_mut().bytes_mut(buffer);
+        out.copy_from_slice(&self.members[member][start..start + out.len()]);
+        out
+    }
+
     /// Carries out every command the engine has until it has none; returns replies seen.
     pub fn drain(&mut self) -> usize {
         let mut replies = 0;

@@ -106,9 +106,7 @@ fn run_until_stuck(
                 offset_bytes,
                 buffer,
             } => {
-                let start = offset_bytes as usize;
-                let out = h.engine.pool_mut().bytes_mut(buffer);
-                out.copy_from_slice(&h.members[member][start..start + out.len()]);
+                h.read_member_image(member, offset_bytes, buffer);
                 Ok(())
             }
             MemberOp::Write {
@@ -376,9 +374,8 @@ fn run_with_caches(h: &mut Harness, caches: &mut Caches) {
                 buffer,
             } => {
                 let start = offset_bytes as usize;
-                let out = h.engine.pool_mut().bytes_mut(buffer);
+                let out = h.read_member_image(member, offset_bytes, buffer);
                 let end = start + out.len();
-                out.copy_from_slice(&h.members[member][start..end]);
                 for (at, data) in &caches[member] {
                     let (from, to) = (start.max(*at), end.min(at + data.len()));
                     if from < to {

@@ -304,16 +304,21 @@ impl CheckpointHeader {
     /// Whether `bytes` start like a header of store `store_id`, intact or not, in this
     /// format or format 1.
     pub fn names_store(bytes: &[u8], store_id: u64) -> bool {
-        bytes.len() >= CHECKPOINT_HEADER_BYTES
-            && (bytes[0..8] == CHECKPOINT_MAGIC || bytes[0..8] == CHECKPOINT_MAGIC_V1)
-            && le64(bytes, 8) == store_id
+        Self::magic_of_store(bytes, store_id)
+            .is_some_and(|magic| magic == CHECKPOINT_MAGIC || magic == CHECKPOINT_MAGIC_V1)
     }
 
     /// Whether `bytes` start like a format 1 header of store `store_id`.
     pub fn is_format_1(bytes: &[u8], store_id: u64) -> bool {
-        bytes.len() >= CHECKPOINT_HEADER_BYTES
-            && bytes[0..8] == CHECKPOINT_MAGIC_V1
-            && le64(bytes, 8) == store_id
+        Self::magic_of_store(bytes, store_id) == Some(CHECKPOINT_MAGIC_V1)
+    }
+
+    /// The magic of a header-sized block that names store `store_id`.
+    fn magic_of_store(bytes: &[u8], store_id: u64) -> Option<[u8; 8]> {
+        if bytes.len() < CHECKPOINT_HEADER_BYTES || le64(bytes, 8) != store_id {
+            return None;
+        }
+        bytes[0..8].try_into().ok()
     }
 
     /// Any store's checkpoint header (the caller checks `store_id`); `None` if damaged.

@@ -11,12 +11,23 @@ const EXTENT_BYTES: u64 = 16 << 20;
 
 /// Lower commands the store issued, taken without completing them.
 fn take_lower(store: &mut Store, lower: &mut Lower) -> Vec<LowerCommand> {
+    take_lower_answering(store, lower, &[])
+}
+
+/// As `take_lower`, where the store may answer the requests `answered` meanwhile.
+fn take_lower_answering(
+    store: &mut Store,
+    lower: &mut Lower,
+    answered: &[u64],
+) -> Vec<LowerCommand> {
     let mut commands = Vec::new();
     while let Some(output) = store.poll() {
         match output {
             Output::Lower(command) => commands.push(command),
             Output::Event(event) => lower.events.push(event),
-            Output::Reply(reply) => panic!("unexpected reply {reply:?}"),
+            Output::Reply(reply) => {
+                assert!(answered.contains(&reply.id), "unexpected reply {reply:?}")
+            }
         }
     }
     commands
@@ -360,15 +371,8 @@ fn write_and_flush_held(
         },
     );
     store.submit(id + 1, HostOp::Flush);
-    let mut commands = Vec::new();
-    while let Some(output) = store.poll() {
-        match output {
-            Output::Lower(command) => commands.push(command),
-            Output::Event(event) => lower.events.push(event),
-            Output::Reply(reply) => assert_eq!(reply.id, id, "only the write is answered"),
-        }
-    }
-    commands
+    // Only the write is answered: the flush waits for the commands held here.
+    take_lower_answering(store, lower, &[id])
 }
 
 /// The writes among `commands` reach the drive; nothing is answered (the store is about to
