@@ -523,6 +523,17 @@ pub struct ServeArgs {
         value_parser = values::severity
     )]
     pub event_hook_severity: String,
+    /// Microseconds the data plane keeps looking for finished I/O before it sleeps: a
+    /// request at queue depth 1 then waits for no wake-up (0 turns it off; costs CPU only
+    /// while I/O is due within the window).
+    #[arg(
+        long,
+        value_name = "MICROSECONDS",
+        env = "TESSERA_BUSY_POLL_US",
+        default_value_t = 50,
+        value_parser = clap::value_parser!(u32).range(0..=100_000)
+    )]
+    pub busy_poll_us: u32,
     /// Verify client certificates against these CAs (PEM) when clients present one.
     #[arg(
         long,

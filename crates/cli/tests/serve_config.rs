@@ -34,7 +34,7 @@ fn the_file_is_read_and_the_command_line_wins() {
     let file = config(
         "state_dir = \"/srv/tessera\"\napi_socket = \"/srv/api.sock\"\n\
          nbd_listen = \"0.0.0.0:10809\"\nparity_engine = \"cpu\"\n\
-         tls_cert = \"/etc/c.pem\"\ntls_key = \"/etc/k.pem\"\n",
+         tls_cert = \"/etc/c.pem\"\ntls_key = \"/etc/k.pem\"\nbusy_poll_us = 0\n",
     );
     let path = file.path().to_str().unwrap();
     let from_file = options(&["serve", "--config", path]).expect("options");
@@ -43,6 +43,7 @@ fn the_file_is_read_and_the_command_line_wins() {
     assert_eq!(from_file.nbd_listen.as_deref(), Some("0.0.0.0:10809"));
     assert_eq!(from_file.parity_engine, "cpu");
     assert_eq!(from_file.tls_cert, Some(PathBuf::from("/etc/c.pem")));
+    assert_eq!(from_file.busy_poll_us, 0);
     // Not in the file: the built-in default.
     assert_eq!(from_file.nbd_socket, PathBuf::from("/run/tessera/nbd.sock"));
     assert_eq!(from_file.http_listen, None);
@@ -57,8 +58,11 @@ fn the_file_is_read_and_the_command_line_wins() {
         "/x",
         "--parity-engine",
         "auto",
+        "--busy-poll-us",
+        "20",
     ])
     .expect("options");
+    assert_eq!(overridden.busy_poll_us, 20);
     assert_eq!(overridden.state_dir, PathBuf::from("/x"));
     assert_eq!(overridden.api_socket, PathBuf::from("/x/api.sock"));
     assert_eq!(overridden.parity_engine, "auto");
@@ -71,6 +75,8 @@ fn unknown_keys_and_bad_values_are_refused_naming_the_file_and_key() {
         ("state_dri = \"/s\"\n", "unknown field `state_dri`"),
         ("parity_engine = \"quantum\"\n", "parity_engine"),
         ("nbd_listen = \"nowhere\"\n", "nbd_listen"),
+        ("busy_poll_us = 200000\n", "busy_poll_us"),
+        ("busy_poll_us = -1\n", "busy_poll_us"),
         ("state_dir = 7\n", "line 1: state_dir: invalid type"),
         ("\nstate_dir = \n", "line 2: state_dir: "),
         ("tls_cert = \"/c.pem\"\n", "tls_cert needs tls_key"),
@@ -182,6 +188,7 @@ fn the_shipped_file_yields_the_defaults_and_documents_every_key() {
         "tls_client_ca",
         "event_hook",
         "event_hook_severity",
+        "busy_poll_us",
     ] {
         assert!(keys.contains(&key), "{key} is not in the shipped file");
     }

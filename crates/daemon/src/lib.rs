@@ -62,6 +62,9 @@ pub struct ServeOptions {
     /// `event_hook_severity` (`info`, `warning`, `error`, `critical`).
     pub event_hook: Option<String>,
     pub event_hook_severity: String,
+    /// How long the data plane looks for completions before it sleeps, in microseconds
+    /// (`tessera_io::Driver::set_busy_poll`); 0 turns it off.
+    pub busy_poll_us: u32,
 }
 
 /// Blocks SIGTERM and SIGINT in every thread and returns a signalfd that reports them, so the

@@ -236,6 +236,16 @@ pub trait Driver {
     /// always runs file operations inline.
     fn set_inline(&mut self, fd: RawFd, inline: bool);
 
+    /// Before `wait` sleeps, keeps looking for completions for up to `window` (no sleep, no
+    /// wake-up to pay when one arrives soon). A request at queue depth 1 then waits for no
+    /// scheduler: the answer to a reply comes within microseconds, and waking a sleeping
+    /// thread costs more than that. `Duration::ZERO` (the default) turns it off. Costs CPU
+    /// only while completions are due soon: a driver left waiting longer than `window`
+    /// sleeps as before. The poll driver ignores it.
+    fn set_busy_poll(&mut self, window: Duration) {
+        let _ = window;
+    }
+
     /// Registers the I/O buffer arena so reads and writes inside it skip per-request page
     /// pinning (READ_FIXED / WRITE_FIXED). One arena per driver.
     ///

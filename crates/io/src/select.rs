@@ -140,6 +140,13 @@ impl Driver for AnyDriver {
         }
     }
 
+    fn set_busy_poll(&mut self, window: Duration) {
+        match self {
+            AnyDriver::Uring(driver) => driver.set_busy_poll(window),
+            AnyDriver::Poll(driver) => driver.set_busy_poll(window),
+        }
+    }
+
     unsafe fn register_buffers(
         &mut self,
         pointer: *mut u8,

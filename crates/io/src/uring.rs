@@ -136,6 +136,8 @@ pub struct UringDriver {
     cancels_in_flight: usize,
     /// Reads and writes submitted as READ_FIXED / WRITE_FIXED.
     fixed_submissions: u64,
+    /// How long `wait` looks for completions before it sleeps (`Driver::set_busy_poll`).
+    busy_poll: Duration,
 }
 
 // SAFETY: the raw pointers the driver holds (in slots and the backlog) are only handed to the
@@ -256,6 +258,7 @@ impl UringDriver {
             mode,
             cancels_in_flight: 0,
             fixed_submissions: 0,
+            busy_poll: Duration::ZERO,
         })
     }
 
@@ -443,6 +446,30 @@ impl UringDriver {
         }
     }
 
+    /// While nothing has completed, enters without waiting (which, with deferred task
+    /// running, is also what posts finished work) until something does, the busy-poll
+    /// window closes, or `deadline` passes.
+    fn poll_before_sleeping(
+        &mut self,
+        out: &mut Vec<Completion>,
+        start_len: usize,
+        deadline: Option<Instant>,
+    ) -> Result<(), IoError> {
+        if self.busy_poll.is_zero() || out.len() > start_len || self.slots_in_use() == 0 {
+            return Ok(());
+        }
+        let mut until = Instant::now() + self.busy_poll;
+        if let Some(deadline) = deadline {
+            until = until.min(deadline);
+        }
+        while out.len() == start_len && Instant::now() < until {
+            self.enter(0, None)?;
+            self.reap(out);
+            self.pump(out)?;
+        }
+        Ok(())
+    }
+
     /// Hands everything the queues can take to the kernel, making room by submitting as often
     /// as needed; completions found on the way go to `out`.
     fn pump(&mut self, out: &mut Vec<Completion>) -> Result<(), IoError> {
@@ -558,6 +585,7 @@ impl Driver for UringDriver {
             self.enter(0, None)?;
             self.reap(out);
         }
+        self.poll_before_sleeping(out, start_len, deadline)?;
         while out.len() == start_len {
             if self.slots_in_use() == 0 && timeout.is_none() {
                 // Nothing could ever complete.
@@ -582,6 +610,10 @@ impl Driver for UringDriver {
 
     fn in_flight(&self) -> usize {
         self.slots_in_use() + self.backlog.len() + self.ready.len()
+    }
+
+    fn set_busy_poll(&mut self, window: Duration) {
+        self.busy_poll = window;
     }
 
     fn set_inline(&mut self, fd: RawFd, inline: bool) {

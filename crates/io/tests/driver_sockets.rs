@@ -1,5 +1,5 @@
 //! Both drivers on sockets and wake-ups: gathered sends, receives, sends larger than the
-//! socket buffer, accept, end of stream, an eventfd woken from another thread.
+//! socket buffer, accept, end of stream, an eventfd woken from another thread, busy polling.
 
 mod support;
 
@@ -249,5 +249,75 @@ fn eventfd_wakes_a_waiting_driver() {
         );
         assert_eq!(event.drain(), 1);
         signaller.join().unwrap();
+    }
+}
+
+/// CPU time this thread has used.
+fn thread_cpu_time() -> Duration {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_THREAD, &mut usage), 0);
+        usage
+    };
+    let micros = |time: libc::timeval| time.tv_sec as u64 * 1_000_000 + time.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+}
+
+/// Waits for an eventfd that another thread signals after 50 ms; returns the CPU time the
+/// wait took.
+fn wait_for_a_late_signal(driver: &mut AnyDriver, name: &str) -> Duration {
+    let event = std::sync::Arc::new(EventFd::new().unwrap());
+    driver.submit_poll_readable(9, event.as_raw_fd());
+    let signaller = {
+        let event = std::sync::Arc::clone(&event);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            event.signal();
+        })
+    };
+    let before = thread_cpu_time();
+    let mut out = Vec::new();
+    assert_eq!(driver.wait(&mut out, None).unwrap(), 1, "{name}");
+    let used = thread_cpu_time() - before;
+    assert_eq!(out[0].token, 9, "{name}");
+    assert_eq!(event.drain(), 1);
+    signaller.join().unwrap();
+    used
+}
+
+#[test]
+fn busy_polling_keeps_looking_within_its_window_and_the_timeout() {
+    for (name, mut driver) in drivers() {
+        driver.set_busy_poll(Duration::from_secs(10));
+        // A completion that comes while the driver looks is returned, and the looking costs
+        // this thread's CPU on io_uring (the poll driver does not busy-poll).
+        let used = wait_for_a_late_signal(&mut driver, name);
+        if name == "io_uring" {
+            assert!(used >= Duration::from_millis(10), "{name}: {used:?} of CPU");
+        }
+        // The window never outlasts the wait's timeout.
+        let event = EventFd::new().unwrap();
+        driver.submit_poll_readable(10, event.as_raw_fd());
+        let start = std::time::Instant::now();
+        let mut out = Vec::new();
+        assert_eq!(
+            driver
+                .wait(&mut out, Some(Duration::from_millis(30)))
+                .unwrap(),
+            0,
+            "{name}"
+        );
+        let elapsed = start.elapsed();
+        assert!(
+            elapsed >= Duration::from_millis(30) && elapsed < Duration::from_secs(5),
+            "{name}: {elapsed:?}"
+        );
+        event.signal();
+        assert_eq!(collect(&mut driver, 1)[0].token, 10, "{name}");
+        // Off again: a wait sleeps.
+        driver.set_busy_poll(Duration::ZERO);
+        let used = wait_for_a_late_signal(&mut driver, name);
+        assert!(used < Duration::from_millis(10), "{name}: {used:?} of CPU");
     }
 }

@@ -32,6 +32,7 @@ struct ConfigFile {
     tls_client_ca: Option<PathBuf>,
     event_hook: Option<String>,
     event_hook_severity: Option<String>,
+    busy_poll_us: Option<u32>,
 }
 
 fn load(path: &Path) -> Result<ConfigFile, Failure> {
@@ -50,6 +51,14 @@ fn load(path: &Path) -> Result<ConfigFile, Failure> {
         if let Some(address) = address {
             values::listen_address(address).map_err(|error| bad(key, error))?;
         }
+    }
+    if let Some(busy_poll_us) = file.busy_poll_us
+        && busy_poll_us > 100_000
+    {
+        return Err(bad(
+            "busy_poll_us",
+            format!("{busy_poll_us} is above the limit, 100000 (0.1 s)"),
+        ));
     }
     if let Some(severity) = &file.event_hook_severity {
         values::severity(severity).map_err(|error| bad("event_hook_severity", error))?;
@@ -171,6 +180,11 @@ pub fn options(
             explicit("event_hook_severity"),
             args.event_hook_severity,
             file.event_hook_severity,
+        ),
+        busy_poll_us: pick(
+            explicit("busy_poll_us"),
+            args.busy_poll_us,
+            file.busy_poll_us,
         ),
     };
     check_tls(&options, path.as_deref())?;

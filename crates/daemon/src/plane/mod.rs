@@ -280,7 +280,7 @@ impl DataPlane {
         parity: Arc<tessera_parity::Parity>,
         signal_fd: Option<OwnedFd>,
     ) -> Result<(DataPlane, PlaneHandle), String> {
-        let opened = tessera_io::open_driver(tessera_io::DriverChoice::Auto)
+        let mut opened = tessera_io::open_driver(tessera_io::DriverChoice::Auto)
             .map_err(|e| format!("cannot start I/O: {e}"))?;
         let driver_report = (
             opened.driver.kind().to_string(),
@@ -289,6 +289,9 @@ impl DataPlane {
         if let Some(reason) = &opened.fallback_reason {
             log!("{reason}; using poll(2) and synchronous file I/O instead");
         }
+        opened
+            .driver
+            .set_busy_poll(Duration::from_micros(u64::from(options.busy_poll_us)));
         let state = StateDir::open(&options.state_dir)?;
         let tls = match (&options.tls_cert, &options.tls_key) {
             (Some(cert), Some(key)) => Some(tls::server_config(
