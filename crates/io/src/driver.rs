@@ -240,8 +240,9 @@ pub trait Driver {
     /// wake-up to pay when one arrives soon). A request at queue depth 1 then waits for no
     /// scheduler: the answer to a reply comes within microseconds, and waking a sleeping
     /// thread costs more than that. `Duration::ZERO` (the default) turns it off. Costs CPU
-    /// only while completions are due soon: a driver left waiting longer than `window`
-    /// sleeps as before. The poll driver ignores it.
+    /// only while completions are due soon: a poll that finds nothing is not tried again
+    /// until a sleep ends within `window`, and the polling thread yields to other threads
+    /// of its core on every turn. The poll driver ignores it.
     fn set_busy_poll(&mut self, window: Duration) {
         let _ = window;
     }

@@ -138,6 +138,9 @@ pub struct UringDriver {
     fixed_submissions: u64,
     /// How long `wait` looks for completions before it sleeps (`Driver::set_busy_poll`).
     busy_poll: Duration,
+    /// Whether the next wait busy-polls: the last busy poll found something, or the last
+    /// sleep ended within the window (so a poll would have).
+    busy_poll_armed: bool,
 }
 
 // SAFETY: the raw pointers the driver holds (in slots and the backlog) are only handed to the
@@ -259,6 +262,7 @@ impl UringDriver {
             cancels_in_flight: 0,
             fixed_submissions: 0,
             busy_poll: Duration::ZERO,
+            busy_poll_armed: true,
         })
     }
 
@@ -448,14 +452,22 @@ impl UringDriver {
 
     /// While nothing has completed, enters without waiting (which, with deferred task
     /// running, is also what posts finished work) until something does, the busy-poll
-    /// window closes, or `deadline` passes.
+    /// window closes, or `deadline` passes. Only while polling pays: a poll that finds
+    /// nothing disarms it until a sleep ends within the window again. Where completions
+    /// take longer than the window (an idle daemon; a machine whose other threads need
+    /// the CPU the poll would take, as under emulation) the driver then sleeps as if it
+    /// never polled.
     fn poll_before_sleeping(
         &mut self,
         out: &mut Vec<Completion>,
         start_len: usize,
         deadline: Option<Instant>,
     ) -> Result<(), IoError> {
-        if self.busy_poll.is_zero() || out.len() > start_len || self.slots_in_use() == 0 {
+        if self.busy_poll.is_zero()
+            || !self.busy_poll_armed
+            || out.len() > start_len
+            || self.slots_in_use() == 0
+        {
             return Ok(());
         }
         let mut until = Instant::now() + self.busy_poll;
@@ -466,7 +478,11 @@ impl UringDriver {
             self.enter(0, None)?;
             self.reap(out);
             self.pump(out)?;
+            // Another thread of this core (the client, a kernel worker) may be what the
+            // poll waits for: it runs first.
+            std::thread::yield_now();
         }
+        self.busy_poll_armed = out.len() > start_len;
         Ok(())
     }
 
@@ -586,6 +602,8 @@ impl Driver for UringDriver {
             self.reap(out);
         }
         self.poll_before_sleeping(out, start_len, deadline)?;
+        let sleep_started = Instant::now();
+        let slept = out.len() == start_len;
         while out.len() == start_len {
             if self.slots_in_use() == 0 && timeout.is_none() {
                 // Nothing could ever complete.
@@ -599,6 +617,9 @@ impl Driver for UringDriver {
             self.enter(1, remaining)?;
             self.reap(out);
             self.pump(out)?;
+        }
+        if slept && out.len() > start_len && sleep_started.elapsed() <= self.busy_poll {
+            self.busy_poll_armed = true;
         }
         // Operations queued after the last enter (behind freed slots) go now.
         if !self.ring.submission().is_empty() {

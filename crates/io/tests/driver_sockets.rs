@@ -302,6 +302,12 @@ fn busy_polling_keeps_looking_within_its_window_and_the_timeout() {
         );
         event.signal();
         assert_eq!(collect(&mut driver, 1)[0].token, 10, "{name}");
+        // Completions that come later than the window: one poll finds nothing, and the
+        // driver sleeps from then on instead of polling in vain.
+        driver.set_busy_poll(Duration::from_millis(20));
+        wait_for_a_late_signal(&mut driver, name);
+        let used = wait_for_a_late_signal(&mut driver, name);
+        assert!(used < Duration::from_millis(10), "{name}: {used:?} of CPU");
         // Off again: a wait sleeps.
         driver.set_busy_poll(Duration::ZERO);
         let used = wait_for_a_late_signal(&mut driver, name);
