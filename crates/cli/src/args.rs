@@ -531,7 +531,7 @@ pub struct ServeArgs {
         value_name = "MICROSECONDS",
         env = "TESSERA_BUSY_POLL_US",
         default_value_t = 50,
-        value_parser = clap::value_parser!(u32).range(0..=100_000)
+        value_parser = values::busy_poll_us
     )]
     pub busy_poll_us: u32,
     /// Verify client certificates against these CAs (PEM) when clients present one.

@@ -143,6 +143,27 @@ pub fn access_rule(text: &str) -> Result<String, String> {
         .map(|rule| rule.to_string())
 }
 
+/// The longest busy-poll window, in microseconds (0.1 s).
+const BUSY_POLL_US_MAX: u32 = 100_000;
+
+/// A busy-poll window in microseconds, from the command line.
+pub fn busy_poll_us(text: &str) -> Result<u32, String> {
+    let value = text
+        .parse::<u32>()
+        .map_err(|_| format!("{text:?} is not a whole number of microseconds"))?;
+    busy_poll_us_in_range(value)
+}
+
+/// A busy-poll window within the limit.
+pub fn busy_poll_us_in_range(value: u32) -> Result<u32, String> {
+    if value > BUSY_POLL_US_MAX {
+        return Err(format!(
+            "{value} is above the limit, {BUSY_POLL_US_MAX} (0.1 s)"
+        ));
+    }
+    Ok(value)
+}
+
 /// An event severity name.
 pub fn severity(text: &str) -> Result<String, String> {
     match text {

@@ -602,8 +602,9 @@ impl Driver for UringDriver {
             self.reap(out);
         }
         self.poll_before_sleeping(out, start_len, deadline)?;
-        let sleep_started = Instant::now();
-        let slept = out.len() == start_len;
+        // Timed only when a short sleep would re-arm the busy poll.
+        let sleep_started =
+            (!self.busy_poll.is_zero() && out.len() == start_len).then(Instant::now);
         while out.len() == start_len {
             if self.slots_in_use() == 0 && timeout.is_none() {
                 // Nothing could ever complete.
@@ -618,7 +619,10 @@ impl Driver for UringDriver {
             self.reap(out);
             self.pump(out)?;
         }
-        if slept && out.len() > start_len && sleep_started.elapsed() <= self.busy_poll {
+        if let Some(started) = sleep_started
+            && out.len() > start_len
+            && started.elapsed() <= self.busy_poll
+        {
             self.busy_poll_armed = true;
         }
         // Operations queued after the last enter (behind freed slots) go now.

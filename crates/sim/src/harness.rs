@@ -220,7 +220,6 @@ impl Harness {
         while let Some(command) = self.engine.poll() {
             match command {
                 Command::Member(command) => {
-                    let member = &mut self.members[command.member];
                     let sectors = |offset: u64, len: usize| {
                         (command.member, offset / 512)
                             ..(command.member, (offset + len as u64).div_ceil(512))
@@ -230,17 +229,15 @@ impl Harness {
                             offset_bytes,
                             buffer,
                         } => {
-                            let start = offset_bytes as usize;
-                            let out = self.engine.pool_mut().bytes_mut(buffer);
                             if self
                                 .latent_errors
-                                .range(sectors(offset_bytes, out.len()))
+                                .range(sectors(offset_bytes, buffer.len()))
                                 .next()
                                 .is_some()
                             {
                                 Err(tessera_raid::engine::MemberError::Io)
                             } else {
-                                out.copy_from_slice(&member[start..start + out.len()]);
+                                self.read_member_image(command.member, offset_bytes, buffer);
                                 Ok(())
                             }
                         }
@@ -250,7 +247,8 @@ impl Harness {
                         } => {
                             let start = offset_bytes as usize;
                             let data = self.engine.pool().bytes(buffer);
-                            member[start..start + data.len()].copy_from_slice(data);
+                            self.members[command.member][start..start + data.len()]
+                                .copy_from_slice(data);
                             let healed: Vec<_> = self
                                 .latent_errors
                                 .range(sectors(offset_bytes, data.len()))

@@ -52,13 +52,8 @@ fn load(path: &Path) -> Result<ConfigFile, Failure> {
             values::listen_address(address).map_err(|error| bad(key, error))?;
         }
     }
-    if let Some(busy_poll_us) = file.busy_poll_us
-        && busy_poll_us > 100_000
-    {
-        return Err(bad(
-            "busy_poll_us",
-            format!("{busy_poll_us} is above the limit, 100000 (0.1 s)"),
-        ));
+    if let Some(busy_poll_us) = file.busy_poll_us {
+        values::busy_poll_us_in_range(busy_poll_us).map_err(|error| bad("busy_poll_us", error))?;
     }
     if let Some(severity) = &file.event_hook_severity {
         values::severity(severity).map_err(|error| bad("event_hook_severity", error))?;
