@@ -60,7 +60,7 @@ impl Store {
     /// floor, so that cleaning runs before host writes have to wait. Not the host's floor plus
     /// a fiftieth: the C more segments held free cost 7-31% more write amplification.
     fn clean_watermark(&self) -> u64 {
-        let keep_free = self.checkpoint_segments() + 2 + (self.layout.segments / 50).max(2);
+        let keep_free = self.cleaning_floor() + 1 + (self.layout.segments / 50).max(2);
         keep_free.max(self.reserve_segments() + 2)
     }
 
@@ -158,7 +158,7 @@ impl Store {
         // floor, which lies within the watermark's reach and made checkpoints eight times as
         // frequent in small stores.
         let urgent =
-            (self.free.len() as u64) <= self.checkpoint_segments() + 3 || !self.blocked.is_empty();
+            (self.free.len() as u64) <= self.cleaning_floor() + 2 || !self.blocked.is_empty();
         urgent || dead >= (self.layout.segments / 20).max(2)
     }
 
@@ -174,6 +174,11 @@ impl Store {
             || self.cleaning_victim().is_some()
     }
 
+    /// Free segments cleaning leaves: a checkpoint's, and one for the log to move on to.
+    fn cleaning_floor(&self) -> u64 {
+        self.checkpoint_segments() + 1
+    }
+
     /// Bytes cleaning may move without taking a checkpoint's segments.
     fn cleaning_room_bytes(&self) -> u64 {
         let usable = self.layout.record_bytes - crate::format::RECORD_HEADER_BYTES as u64;
@@ -182,7 +187,7 @@ impl Store {
         } else {
             0
         };
-        let free = (self.free.len() as u64).saturating_sub(self.checkpoint_segments() + 1);
+        let free = (self.free.len() as u64).saturating_sub(self.cleaning_floor());
         (left_in_segment + free * self.layout.records_per_segment) * usable
     }
 
