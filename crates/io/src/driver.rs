@@ -148,6 +148,19 @@ pub enum Operation {
         /// Any pollable descriptor.
         fd: RawFd,
     },
+    /// `IORING_OP_URING_CMD` with a 16-byte command: a driver-defined command on a character
+    /// device (the ublk driver's FETCH_REQ and COMMIT_AND_FETCH_REQ). Completes with the
+    /// driver's result. Memory the command names (the ublk tag's buffer) is covered by
+    /// `submit`'s contract like any buffer. io_uring only: the poll driver completes it with
+    /// EOPNOTSUPP.
+    UringCmd {
+        /// The character device.
+        fd: RawFd,
+        /// The driver's command number.
+        cmd_op: u32,
+        /// The command's payload.
+        cmd: [u8; 16],
+    },
 }
 
 /// The descriptor an operation works on.
@@ -159,7 +172,8 @@ pub(crate) fn descriptor(operation: &Operation) -> RawFd {
         | Operation::Recv { fd, .. }
         | Operation::Send { fd, .. }
         | Operation::Accept { fd }
-        | Operation::PollReadable { fd } => fd,
+        | Operation::PollReadable { fd }
+        | Operation::UringCmd { fd, .. } => fd,
     }
 }
 

@@ -81,8 +81,11 @@ impl PollDriver {
             // A closed descriptor: what io_uring reports for it.
             Operation::PollReadable { .. } if revents & libc::POLLNVAL != 0 => -libc::EBADF,
             Operation::PollReadable { .. } => i32::from(revents),
-            Operation::Read { .. } | Operation::Write { .. } | Operation::Fsync { .. } => {
-                unreachable!("file operations run at submission")
+            Operation::Read { .. }
+            | Operation::Write { .. }
+            | Operation::Fsync { .. }
+            | Operation::UringCmd { .. } => {
+                unreachable!("file operations and commands end at submission")
             }
         };
         if result == -libc::EAGAIN || result == -libc::EWOULDBLOCK {
@@ -164,6 +167,13 @@ impl Driver for PollDriver {
         // SAFETY: the caller upholds `submit`'s contract for the operation's memory.
         if let Some(result) = unsafe { sys::run_file_operation(&operation) } {
             self.ready.push_back(Completion { token, result });
+            return;
+        }
+        if let Operation::UringCmd { .. } = operation {
+            self.ready.push_back(Completion {
+                token,
+                result: -libc::EOPNOTSUPP,
+            });
             return;
         }
         if let Operation::Send { parts, .. } = &operation {

@@ -151,6 +151,7 @@ pub(crate) unsafe fn run_file_operation(operation: &Operation) -> Option<i32> {
         Operation::Recv { .. }
         | Operation::Send { .. }
         | Operation::Accept { .. }
-        | Operation::PollReadable { .. } => return None,
+        | Operation::PollReadable { .. }
+        | Operation::UringCmd { .. } => return None,
     })
 }

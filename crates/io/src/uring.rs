@@ -360,6 +360,9 @@ impl UringDriver {
             Operation::PollReadable { fd } => {
                 opcode::PollAdd::new(Fd(fd), libc::POLLIN as u32).build()
             }
+            Operation::UringCmd { fd, cmd_op, cmd } => {
+                opcode::UringCmd16::new(Fd(fd), cmd_op).cmd(cmd).build()
+            }
         };
         entry.user_data(u64::from(slot_index))
     }

@@ -1,5 +1,6 @@
 //! Both drivers on sockets and wake-ups: gathered sends, receives, sends larger than the
-//! socket buffer, accept, end of stream, an eventfd woken from another thread, busy polling.
+//! socket buffer, accept, end of stream, an eventfd woken from another thread, busy polling,
+//! a `URING_CMD` passed through.
 
 mod support;
 
@@ -312,5 +313,37 @@ fn busy_polling_keeps_looking_within_its_window_and_the_timeout() {
         driver.set_busy_poll(Duration::ZERO);
         let used = wait_for_a_late_signal(&mut driver, name);
         assert!(used < Duration::from_millis(10), "{name}: {used:?} of CPU");
+    }
+}
+
+#[test]
+fn a_uring_command_reaches_the_kernel_on_io_uring_only() {
+    // SOCKET_URING_OP_SIOCINQ: the bytes waiting in a socket's receive queue (Linux 6.7),
+    // here checked against what the test sent.
+    const SIOCINQ: u32 = 0;
+    for (name, mut driver) in drivers() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        client.write_all(b"hello").unwrap();
+        let mut peeked = [0u8; 5];
+        assert_eq!(server.peek(&mut peeked).unwrap(), 5, "the bytes arrived");
+        // SAFETY: the command names no memory; `server` stays open until its completion.
+        unsafe {
+            driver.submit(
+                9,
+                Operation::UringCmd {
+                    fd: server.as_raw_fd(),
+                    cmd_op: SIOCINQ,
+                    cmd: [0; 16],
+                },
+            )
+        };
+        let completion = collect(&mut driver, 1)[0];
+        assert_eq!(completion.token, 9);
+        match name {
+            "poll" => assert_eq!(completion.result, -libc::EOPNOTSUPP, "{name}"),
+            _ => assert_eq!(completion.result, 5, "{name}: {completion:?}"),
+        }
     }
 }

@@ -1,13 +1,12 @@
-//! A ublk device from creation to deletion: ADD_DEV, SET_PARAMS, the queue threads, START_DEV;
-//! and STOP_DEV, the queues' end, DEL_DEV.
+//! A ublk device from creation to deletion: ADD_DEV, SET_PARAMS, the queues handed to the
+//! server, START_DEV; and STOP_DEV, the queues' end, DEL_DEV.
 
 use std::fs::File;
 use std::sync::Arc;
 
 use crate::control::Control;
 use crate::error::UblkError;
-use crate::queue::{QueueConfig, QueueThread, open_when_present};
-use crate::request::RequestSink;
+use crate::queue::{ServedQueue, open_when_present};
 use crate::uapi::{self, ParamBasic, ParamDiscard, Params};
 
 /// Largest request the device takes (the block layer splits larger ones).
@@ -18,7 +17,7 @@ const MAX_DISCARD_BYTES: u64 = 1 << 30;
 /// What a device looks like to hosts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceConfig {
-    /// Hardware queues, each served by a thread.
+    /// Hardware queues.
     pub queues: u16,
     /// Requests in flight per queue.
     pub queue_depth: u16,
@@ -96,17 +95,24 @@ impl DeviceConfig {
 pub struct Device {
     id: u32,
     control: Control,
-    queues: Vec<QueueThread>,
-    /// `/dev/ublkcN`, shared by the queues; closed before DEL_DEV, which waits for that.
+    queues: u16,
+    /// `/dev/ublkcN`, shared with the queues; closed before DEL_DEV, which waits until the
+    /// server has dropped the queues too.
     char_device: Option<Arc<File>>,
     removed: bool,
 }
 
 impl Device {
-    /// Creates and starts `/dev/ublkbN`, its requests going to `sink`. Requests arrive while
-    /// this runs (the kernel reads the partition table), so the sink must be served by
-    /// another thread. On failure nothing is left behind.
-    pub fn create(config: DeviceConfig, sink: Arc<dyn RequestSink>) -> Result<Device, UblkError> {
+    /// Creates and starts `/dev/ublkbN`. `serve` gets the device's queues and must submit
+    /// each queue's initial fetches on the thread that will submit all its commands, and
+    /// return once they are submitted (or fail); START_DEV then waits for them. Requests
+    /// arrive while this runs (the kernel reads the partition table), so the queues must be
+    /// served by another thread than this one. On failure nothing is left behind, once the
+    /// server has dropped the queues it took (their fetches end with the device).
+    pub fn create(
+        config: DeviceConfig,
+        serve: impl FnOnce(Vec<ServedQueue>) -> Result<(), UblkError>,
+    ) -> Result<Device, UblkError> {
         config.validate()?;
         let mut control = Control::open()?;
         let info = control.add_device(
@@ -118,7 +124,7 @@ impl Device {
         let mut device = Device {
             id: info.dev_id,
             control,
-            queues: Vec::new(),
+            queues: 0,
             char_device: None,
             removed: false,
         };
@@ -130,7 +136,7 @@ impl Device {
             queue_depth: info.queue_depth.clamp(1, config.queue_depth),
             ..config
         };
-        if let Err(error) = device.start(config, max_io_bytes, sink) {
+        if let Err(error) = device.start(config, max_io_bytes, serve) {
             let _ = device.remove();
             return Err(error);
         }
@@ -141,7 +147,7 @@ impl Device {
         &mut self,
         config: DeviceConfig,
         max_io_bytes: u32,
-        sink: Arc<dyn RequestSink>,
+        serve: impl FnOnce(Vec<ServedQueue>) -> Result<(), UblkError>,
     ) -> Result<(), UblkError> {
         if max_io_bytes < 4096 {
             return Err(UblkError::Invalid(format!(
@@ -153,22 +159,24 @@ impl Device {
         let path = format!("{}{}", uapi::CHAR_DEVICE_PREFIX, self.id);
         let char_device = Arc::new(open_when_present(&path)?);
         self.char_device = Some(char_device.clone());
-        for queue in 0..config.queues {
-            self.queues.push(QueueThread::start(QueueConfig {
-                dev_id: self.id,
-                queue,
-                depth: config.queue_depth,
-                max_io_bytes: max_io_bytes as usize,
-                sink: sink.clone(),
-                char_device: char_device.clone(),
-            })?);
-        }
+        let queues = (0..config.queues)
+            .map(|queue| {
+                ServedQueue::open(
+                    char_device.clone(),
+                    queue,
+                    config.queue_depth,
+                    max_io_bytes as usize,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.queues = config.queues;
+        serve(queues)?;
         self.control.start_device(self.id)
     }
 
     /// Hardware queues the driver kept (at most one per CPU, whatever was asked).
     pub fn queues(&self) -> u16 {
-        self.queues.len() as u16
+        self.queues
     }
 
     /// The device number N of `/dev/ublkbN`.
@@ -186,21 +194,16 @@ impl Device {
         Ok(self.control.device_info(self.id)?.state == uapi::DEV_STATE_LIVE)
     }
 
-    /// Stops the block device (requests in flight are answered by the server first), ends the
-    /// queue threads and deletes the device. Every step runs even if one fails; the first
-    /// error is returned.
+    /// Stops the block device (requests in flight are answered by the server first; then the
+    /// driver aborts the queues' fetches, which finishes them) and deletes the device, which
+    /// waits until the server has dropped its queues. Every step runs even if one fails; the
+    /// first error is returned.
     pub fn remove(&mut self) -> Result<(), UblkError> {
         if self.removed {
             return Ok(());
         }
         self.removed = true;
         let stopped = self.control.stop_device(self.id);
-        for queue in &self.queues {
-            queue.stop();
-        }
-        for queue in self.queues.drain(..) {
-            let _ = queue.join.join();
-        }
         self.char_device = None;
         let deleted = self.control.delete_device(self.id);
         stopped.and(deleted)
@@ -333,11 +336,7 @@ mod tests {
         if std::path::Path::new(uapi::CONTROL_PATH).exists() {
             return;
         }
-        struct Nowhere;
-        impl RequestSink for Nowhere {
-            fn submit(&self, _: Vec<crate::BlockRequest>) {}
-        }
-        let error = Device::create(config(), Arc::new(Nowhere))
+        let error = Device::create(config(), |_| unreachable!("no queues without the driver"))
             .err()
             .expect("no ublk here");
         assert_eq!(error, UblkError::NotAvailable);

@@ -15,6 +15,8 @@ pub enum UblkError {
     Command(&'static str, i32),
     /// The settings asked for are out of the driver's range.
     Invalid(String),
+    /// The server could not take the device's queues (why).
+    Server(String),
 }
 
 impl fmt::Display for UblkError {
@@ -31,7 +33,7 @@ impl fmt::Display for UblkError {
             UblkError::Command(command, errno) => {
                 write!(f, "ublk {command} refused: {}", errno_text(*errno))
             }
-            UblkError::Invalid(message) => f.write_str(message),
+            UblkError::Invalid(message) | UblkError::Server(message) => f.write_str(message),
         }
     }
 }

@@ -4,8 +4,9 @@
 //! - `uapi`: the driver's structures and command numbers.
 //! - `control`: the control device's commands (ADD_DEV, SET_PARAMS, START_DEV, STOP_DEV,
 //!   DEL_DEV, GET_DEV_INFO).
-//! - `queue`: one thread per hardware queue, fetching requests and committing answers.
-//! - `request`: a request handed to the server (`RequestSink`) with its tag's buffer.
+//! - `queue`: a hardware queue served by the server's own io_uring: the fetch and
+//!   commit-and-fetch commands it submits, the requests their completions bring.
+//! - `request`: a request handed to the server with its tag's buffer.
 //! - `device`: a device's life, from creation to deletion.
 //!
 //! See `docs/ublk.md`.
@@ -21,7 +22,8 @@ pub mod uapi;
 pub use control::Control;
 pub use device::{Device, DeviceConfig, MAX_IO_BYTES, remove_abandoned};
 pub use error::{UblkError, errno_text};
-pub use request::{BlockOp, BlockRequest, RequestSink};
+pub use queue::{QueueCommand, ServedQueue};
+pub use request::{BlockOp, BlockRequest};
 
 /// Whether this kernel offers ublk (the control device exists).
 pub fn available() -> bool {

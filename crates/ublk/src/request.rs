@@ -3,9 +3,6 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicBool;
-
-use tessera_io::EventFd;
 
 use crate::memory::Mapping;
 use crate::uapi;
@@ -45,14 +42,10 @@ impl BlockOp {
     }
 }
 
-/// What a queue thread and the requests it handed out share.
+/// What a queue and the requests it handed out share.
 pub(crate) struct QueueShared {
-    /// Answers waiting for the queue thread: (tag, result).
+    /// Answers waiting to be committed: (tag, result).
     pub answers: Mutex<Vec<(u16, i32)>>,
-    /// Wakes the queue thread (answers waiting, or stop).
-    pub wake: EventFd,
-    /// The queue thread should end.
-    pub stop: AtomicBool,
     /// One buffer of `max_io_bytes` per tag.
     pub buffers: Mapping,
     pub max_io_bytes: usize,
@@ -60,15 +53,10 @@ pub(crate) struct QueueShared {
 
 impl QueueShared {
     pub fn answer(&self, tag: u16, result: i32) {
-        let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
-        let was_empty = answers.is_empty();
-        answers.push((tag, result));
-        drop(answers);
-        // The queue thread takes every waiting answer when woken, so one signal covers the
-        // answers that follow until it does.
-        if was_empty {
-            self.wake.signal();
-        }
+        self.answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((tag, result));
     }
 
     /// The start of a tag's buffer.
@@ -82,8 +70,9 @@ impl QueueShared {
 
 /// A request in the server's hands. Until it is answered, its tag's buffer belongs to it
 /// alone: the kernel filled it (writes) before handing the request out and reads it (reads)
-/// only after the answer, and the queue thread does not touch it meanwhile. Dropping it
-/// unanswered answers EIO.
+/// only after the answer is committed, and the queue does not touch it meanwhile. Dropping
+/// it unanswered answers EIO. The answer waits in the queue until the server takes it
+/// ([`crate::ServedQueue::take_commits`]).
 pub struct BlockRequest {
     /// The queue that fetched it.
     pub queue: u16,
@@ -175,13 +164,6 @@ impl std::fmt::Debug for BlockRequest {
     }
 }
 
-/// Where a queue hands the requests it fetched: the server. Each request must be answered
-/// (`BlockRequest::complete`) or dropped.
-pub trait RequestSink: Send + Sync {
-    /// Takes the requests one pass of a queue fetched.
-    fn submit(&self, requests: Vec<BlockRequest>);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,8 +171,6 @@ mod tests {
     fn shared(depth: u16) -> Arc<QueueShared> {
         Arc::new(QueueShared {
             answers: Mutex::new(Vec::new()),
-            wake: EventFd::new().unwrap(),
-            stop: AtomicBool::new(false),
             buffers: Mapping::anonymous(usize::from(depth) * 4096).unwrap(),
             max_io_bytes: 4096,
         })
@@ -243,7 +223,6 @@ mod tests {
             *queue.answers.lock().unwrap(),
             vec![(1, 4096), (2, 0), (3, -libc::ENOSPC), (0, -libc::EIO)]
         );
-        assert_eq!(queue.wake.drain(), 1, "one wake for a run of answers");
         // SAFETY: tag 1's buffer is the second 4 KiB of the mapping, which the test owns.
         let second = unsafe { std::slice::from_raw_parts(queue.buffer(1), 4096) };
         assert!(second.iter().all(|&b| b == 7));

@@ -75,6 +75,8 @@ enum Token {
     Accept { listener: usize },
     Recv { connection: u64 },
     Send { connection: u64 },
+    /// A command of a ublk queue (`ublk::UblkExports::queues`) for one of its tags.
+    Ublk { queue: u64, tag: u16 },
     Calls,
     Signal,
 }
@@ -394,6 +396,7 @@ impl DataPlane {
                 log!("all drive groups stopped cleanly");
                 break;
             }
+            self.commit_ublk_answers();
             let timeout = self.next_timeout();
             self.completions.clear();
             let mut completions = std::mem::take(&mut self.completions);
@@ -504,6 +507,7 @@ impl DataPlane {
             }
             Token::Recv { connection } => self.recv_done(connection, completion.result),
             Token::Send { connection } => self.send_done(connection, completion.result),
+            Token::Ublk { queue, tag } => self.ublk_command_done(queue, tag, completion.result),
             Token::Calls => {
                 self.wake.drain();
                 while let Ok(call) = self.calls.try_recv() {

@@ -1,25 +1,28 @@
 //! Virtual drives exported as ublk block devices (`/dev/ublkbN`).
 //!
-//! The device and its queue threads live in `tessera-ublk`. Each queue thread hands the
-//! requests it fetched to the data plane in one posted call (`PlaneSink`); the plane submits
-//! them to the drive's engine (thick drives, in the drive's extent) or thin store exactly as
-//! NBD requests are, and answers each through its `BlockRequest`, which wakes the queue thread
-//! to commit the answer. Write payloads are copied from the tag's buffer into an arena buffer
-//! (the engine writes members from the arena); read data is copied from the engine's arena
-//! buffer into the tag's buffer.
+//! The device's life is `tessera-ublk`'s; its queues are served here, on the data plane's own
+//! io_uring: the plane submits each queue's fetches as `URING_CMD`s, a completed fetch is a
+//! request, submitted to the drive's engine (thick drives, in the drive's extent) or thin
+//! store exactly as NBD requests are, and its answer goes back as a commit-and-fetch
+//! submitted before the loop next waits. No other thread is woken on the way. Write payloads
+//! are copied from the tag's buffer into an arena buffer (the engine writes members from the
+//! arena); read data is copied from the engine's arena buffer into the tag's buffer.
 //!
 //! Creating and removing a device block on the driver (START_DEV reads the partition table,
-//! STOP_DEV flushes the page cache through the queues), so they run on the API thread (or, at
-//! shutdown, a thread of their own) while the data plane keeps serving the device's requests.
+//! STOP_DEV flushes the page cache through the queues, DEL_DEV waits for the queues to be
+//! dropped), so they run on the API thread (or, at shutdown, a thread of their own) while the
+//! data plane keeps serving the device's requests.
 
-use super::{DataPlane, PlaneHandle, Requester};
+use super::{DataPlane, PlaneHandle, Requester, Token};
 use crate::log;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
 use std::time::Instant;
 use tessera_api::model::{ApiError, ExportUblk, UblkView};
+use tessera_io::{Driver, DriverKind, Operation};
 use tessera_raid::engine::{HostError, HostOp, HostRequest as EngineRequest};
-use tessera_ublk::{BlockOp, BlockRequest, Device, DeviceConfig, RequestSink, UblkError};
+use tessera_ublk::{
+    BlockOp, BlockRequest, Device, DeviceConfig, QueueCommand, ServedQueue, UblkError,
+};
 
 /// Requests in flight per queue unless asked otherwise.
 pub(crate) const DEFAULT_QUEUE_DEPTH: u16 = 64;
@@ -63,11 +66,24 @@ pub(crate) struct UblkExport {
     plane: PlaneHandle,
 }
 
+/// A queue of an export's device, served by the data plane.
+struct PlaneQueue {
+    vd: String,
+    export: u64,
+    queue: ServedQueue,
+}
+
 /// The ublk exports of the data plane, by virtual drive name.
 #[derive(Default)]
 pub(crate) struct UblkExports {
     exports: BTreeMap<String, UblkExport>,
     next_id: u64,
+    /// The queues the plane serves, by key (kept until every tag is finished, since their
+    /// commands name their buffers; dropping one releases its share of `/dev/ublkcN`).
+    queues: BTreeMap<u64, PlaneQueue>,
+    next_queue: u64,
+    /// Commit-and-fetch commands gathered in one pass (kept for its allocation).
+    commits: Vec<QueueCommand>,
     /// The exports made again when the daemon starts, as `vd export --ublk` asked for them:
     /// kept in the state directory from the export until `vd unexport --ublk` or the drive's
     /// deletion (a daemon that stops removes its devices but keeps this).
@@ -81,26 +97,9 @@ pub(crate) struct UblkRequest {
     submitted: Instant,
 }
 
-/// Hands a queue's requests to the data plane.
-struct PlaneSink {
-    plane: PlaneHandle,
-    vd: String,
-    export: u64,
-}
-
-impl RequestSink for PlaneSink {
-    fn submit(&self, requests: Vec<BlockRequest>) {
-        let vd = self.vd.clone();
-        let export = self.export;
-        // If the plane is gone, the requests are dropped, which answers them with EIO.
-        self.plane
-            .post(move |plane| plane.ublk_requests(&vd, export, requests));
-    }
-}
-
 fn ublk_api_error(error: UblkError) -> ApiError {
     match error {
-        UblkError::NotAvailable => ApiError::unavailable(error.to_string()),
+        UblkError::NotAvailable | UblkError::Server(_) => ApiError::unavailable(error.to_string()),
         UblkError::Invalid(message) => ApiError::invalid_argument(message),
         other => ApiError::internal(other.to_string()),
     }
@@ -138,13 +137,14 @@ pub(crate) fn export(plane: &PlaneHandle, name: &str, body: ExportUblk) -> Resul
         read_only,
         owner: DEVICE_OWNER,
     };
-    let sink = Arc::new(PlaneSink {
-        plane: plane.clone(),
-        vd: name.to_string(),
-        export: id,
-    });
     let owned = name.to_string();
-    match Device::create(config, sink) {
+    let serve = |queues: Vec<ServedQueue>| {
+        let owned = name.to_string();
+        plane
+            .call(move |plane| plane.serve_ublk_queues(&owned, id, queues))
+            .unwrap_or_else(|| Err(UblkError::Server("the daemon is stopping".into())))
+    };
+    match Device::create(config, serve) {
         Ok(device) => {
             let path = device.block_path();
             let refused = plane.call(move |plane| plane.ublk_started(&owned, id, device));
@@ -247,6 +247,12 @@ impl DataPlane {
     ) -> Result<(u64, u64, bool), ApiError> {
         if self.stopping {
             return Err(stopping());
+        }
+        if self.driver.kind() != DriverKind::Uring {
+            let reason = self.driver_report.1.clone().unwrap_or_default();
+            return Err(ApiError::unavailable(format!(
+                "ublk needs the io_uring data plane, and this daemon runs on poll(2) ({reason})"
+            )));
         }
         let (group, vd) = self
             .find_vd(name)
@@ -488,21 +494,118 @@ impl DataPlane {
             })
     }
 
-    /// Requests a queue thread fetched.
-    fn ublk_requests(&mut self, vd: &str, export: u64, requests: Vec<BlockRequest>) {
-        for request in requests {
-            let Some(entry) = self.ublk.exports.get_mut(vd).filter(|e| e.id == export) else {
-                request.complete(Err(libc::ENODEV));
-                continue;
-            };
-            if !entry.waiting.is_empty() {
-                entry.waiting.push_back(request);
-                continue;
+    /// Takes the queues of a starting export's device and submits every tag's first fetch
+    /// from this thread, which becomes the queues' daemon (the driver takes their commands
+    /// from it alone).
+    fn serve_ublk_queues(
+        &mut self,
+        name: &str,
+        id: u64,
+        queues: Vec<ServedQueue>,
+    ) -> Result<(), UblkError> {
+        if self.stopping || self.ublk.exports.get(name).is_none_or(|e| e.id != id) {
+            return Err(UblkError::Server(format!(
+                "virtual drive {name} went away, or the daemon began stopping"
+            )));
+        }
+        for mut queue in queues {
+            let key = self.ublk.next_queue;
+            self.ublk.next_queue += 1;
+            let fd = queue.char_device_fd();
+            for command in queue.initial_fetches() {
+                self.submit_ublk_command(key, fd, command);
             }
-            if let Some(request) = self.ublk_submit(vd, request) {
-                let entry = self.ublk.exports.get_mut(vd).expect("looked up above");
-                entry.waiting.push_back(request);
+            self.ublk.queues.insert(
+                key,
+                PlaneQueue {
+                    vd: name.to_string(),
+                    export: id,
+                    queue,
+                },
+            );
+        }
+        self.driver
+            .flush_submissions()
+            .map_err(|error| UblkError::Server(format!("submitting the fetches: {error}")))
+    }
+
+    fn submit_ublk_command(&mut self, queue: u64, fd: std::os::fd::RawFd, command: QueueCommand) {
+        let token = self.tokens.insert(Token::Ublk {
+            queue,
+            tag: command.tag,
+        });
+        // SAFETY: the command names its tag's buffer in the queue's mapping, which the plane
+        // keeps (in `ublk.queues`) until every command of the queue has completed; the driver,
+        // dropped before the exports, cancels what is still in flight first. `fd` is the
+        // queue's `/dev/ublkcN`, open as long as the queue is kept.
+        unsafe {
+            self.driver.submit(
+                token,
+                Operation::UringCmd {
+                    fd,
+                    cmd_op: command.cmd_op,
+                    cmd: command.cmd,
+                },
+            )
+        };
+    }
+
+    /// A command of a ublk queue completed: a fetched request goes to its drive; a queue
+    /// whose tags have all finished (its device stopped) is dropped.
+    pub(super) fn ublk_command_done(&mut self, queue: u64, tag: u16, result: i32) {
+        let Some(entry) = self.ublk.queues.get_mut(&queue) else {
+            return;
+        };
+        match entry.queue.completed(tag, result) {
+            Some(request) => {
+                let (vd, export) = (entry.vd.clone(), entry.export);
+                self.ublk_request(&vd, export, request);
             }
+            None => {
+                if result != tessera_ublk::uapi::IO_RES_ABORT {
+                    log!(
+                        "virtual drive {}: the ublk driver refused a fetch of queue {} tag {tag}: {}",
+                        entry.vd,
+                        entry.queue.queue(),
+                        tessera_io::errno_text(-result)
+                    );
+                }
+                if entry.queue.is_finished() {
+                    self.ublk.queues.remove(&queue);
+                }
+            }
+        }
+    }
+
+    /// Submits the commits of every answer given since the last pass; the loop calls it just
+    /// before it waits, so no answer waits for a later event.
+    pub(super) fn commit_ublk_answers(&mut self) {
+        let mut commits = std::mem::take(&mut self.ublk.commits);
+        let keys: Vec<u64> = self.ublk.queues.keys().copied().collect();
+        for key in keys {
+            let entry = self.ublk.queues.get_mut(&key).expect("listed");
+            let fd = entry.queue.char_device_fd();
+            entry.queue.take_commits(&mut commits);
+            for command in commits.drain(..) {
+                self.submit_ublk_command(key, fd, command);
+            }
+        }
+        self.ublk.commits = commits;
+    }
+
+    /// A request a queue fetched.
+    fn ublk_request(&mut self, vd: &str, export: u64, request: BlockRequest) {
+        let Some(entry) = self.ublk.exports.get_mut(vd).filter(|e| e.id == export) else {
+            request.complete(Err(libc::ENODEV));
+            return;
+        };
+        if !entry.waiting.is_empty() {
+            entry.waiting.push_back(request);
+            return;
+        }
+        if let Some(request) = self.ublk_submit(vd, request) {
+            let entry = self.ublk.exports.get_mut(vd).expect("looked up above");
+            entry.waiting.push_back(request);
         }
     }
 
