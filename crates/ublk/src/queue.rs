@@ -114,7 +114,9 @@ impl ServedQueue {
             self.tags.iter().all(|&tag| tag == Tag::Idle),
             "a queue fetches once"
         );
-        (0..self.depth()).map(|tag| self.command(tag, None)).collect()
+        (0..self.depth())
+            .map(|tag| self.command(tag, None))
+            .collect()
     }
 
     fn command(&mut self, tag: u16, commit: Option<i32>) -> QueueCommand {
@@ -176,7 +178,9 @@ impl ServedQueue {
     /// Whether every tag is finished: no command is in flight and no request is out, so the
     /// queue may be dropped.
     pub fn is_finished(&self) -> bool {
-        self.tags.iter().all(|&tag| matches!(tag, Tag::Done | Tag::Idle))
+        self.tags
+            .iter()
+            .all(|&tag| matches!(tag, Tag::Done | Tag::Idle))
     }
 
     fn descriptor(&self, tag: u16) -> IoDesc {

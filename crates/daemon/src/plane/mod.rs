@@ -67,7 +67,8 @@ impl PlaneHandle {
     }
 }
 
-/// What a driver completion belongs to.
+/// What a driver completion belongs to. `Ublk` is a command of a ublk queue (its key in
+/// `ublk::UblkExports::queues`) for one of its tags.
 #[derive(Clone, Copy, Debug)]
 enum Token {
     Member { group: u32, command: CommandId },
@@ -75,7 +76,6 @@ enum Token {
     Accept { listener: usize },
     Recv { connection: u64 },
     Send { connection: u64 },
-    /// A command of a ublk queue (`ublk::UblkExports::queues`) for one of its tags.
     Ublk { queue: u64, tag: u16 },
     Calls,
     Signal,

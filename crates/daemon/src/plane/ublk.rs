@@ -513,7 +513,7 @@ impl DataPlane {
             self.ublk.next_queue += 1;
             let fd = queue.char_device_fd();
             for command in queue.initial_fetches() {
-                self.submit_ublk_command(key, fd, command);
+                Self::submit_ublk_command(&mut self.tokens, &mut self.driver, key, fd, command);
             }
             self.ublk.queues.insert(
                 key,
@@ -529,8 +529,15 @@ impl DataPlane {
             .map_err(|error| UblkError::Server(format!("submitting the fetches: {error}")))
     }
 
-    fn submit_ublk_command(&mut self, queue: u64, fd: std::os::fd::RawFd, command: QueueCommand) {
-        let token = self.tokens.insert(Token::Ublk {
+    /// Submits one command of queue `queue` (its key) on the plane's ring.
+    fn submit_ublk_command(
+        tokens: &mut super::tokens::Tokens<Token>,
+        driver: &mut tessera_io::AnyDriver,
+        queue: u64,
+        fd: std::os::fd::RawFd,
+        command: QueueCommand,
+    ) {
+        let token = tokens.insert(Token::Ublk {
             queue,
             tag: command.tag,
         });
@@ -539,7 +546,7 @@ impl DataPlane {
         // dropped before the exports, cancels what is still in flight first. `fd` is the
         // queue's `/dev/ublkcN`, open as long as the queue is kept.
         unsafe {
-            self.driver.submit(
+            driver.submit(
                 token,
                 Operation::UringCmd {
                     fd,
@@ -580,17 +587,16 @@ impl DataPlane {
     /// Submits the commits of every answer given since the last pass; the loop calls it just
     /// before it waits, so no answer waits for a later event.
     pub(super) fn commit_ublk_answers(&mut self) {
-        let mut commits = std::mem::take(&mut self.ublk.commits);
-        let keys: Vec<u64> = self.ublk.queues.keys().copied().collect();
-        for key in keys {
-            let entry = self.ublk.queues.get_mut(&key).expect("listed");
+        let UblkExports {
+            queues, commits, ..
+        } = &mut self.ublk;
+        for (&key, entry) in queues.iter_mut() {
             let fd = entry.queue.char_device_fd();
-            entry.queue.take_commits(&mut commits);
+            entry.queue.take_commits(commits);
             for command in commits.drain(..) {
-                self.submit_ublk_command(key, fd, command);
+                Self::submit_ublk_command(&mut self.tokens, &mut self.driver, key, fd, command);
             }
         }
-        self.ublk.commits = commits;
     }
 
     /// A request a queue fetched.
