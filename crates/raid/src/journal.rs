@@ -17,12 +17,14 @@
 //! | 60 | 4 | zero |
 //! | 64 | .. | descriptors, then payload from the next 512-byte boundary |
 //!
-//! An entry descriptor is 16 bytes (kind: 1 redo, 2 intent, 3 partial parity; three zero bytes;
-//! write count u32; stripe u64) followed by 16 bytes per write (column: data index, or 0x80 |
-//! parity index; three zero bytes; length u32; offset within the chunk u64). Redo and partial
-//! parity payloads follow in descriptor order, each a whole number of sectors. A partial parity
-//! entry has exactly one write, naming the data column the update wrote; its payload is the
-//! parity of the stripe's other data columns over that range.
+//! An entry descriptor is 16 bytes (kind: 1 redo, 2 intent, 3 partial parity, 4 supplied
+//! intent; three zero bytes; write count u32; stripe u64) followed by 16 bytes per write
+//! (column: data index, or 0x80 | parity index; three zero bytes; length u32; offset within the
+//! chunk u64). Redo, partial parity and supplied intent payloads follow in descriptor order,
+//! each a whole number of sectors. A partial parity entry has exactly one write, naming the
+//! data column the update wrote; its payload is the parity of the stripe's other data columns
+//! over that range. A supplied intent's writes name only data columns: the columns of a
+//! full-stripe write that had no member, with their new contents.
 
 use crate::geometry::Column;
 use crate::superblock::Uuid;
@@ -39,6 +41,7 @@ const WRITE_BYTES: usize = 16;
 const KIND_REDO: u8 = 1;
 const KIND_INTENT: u8 = 2;
 const KIND_PARTIAL_PARITY: u8 = 3;
+const KIND_SUPPLIED_INTENT: u8 = 4;
 const PARITY_FLAG: u8 = 0x80;
 
 /// What replaying an entry does.
@@ -54,12 +57,22 @@ pub enum EntryKind {
     /// columns over the written range, so replay sets parity to it XOR that column as it is on
     /// its member, whichever sectors of the update reached it.
     PartialParity,
+    /// A full-stripe write on a stripe some of whose data columns have no member: the writes
+    /// name those columns and carry their new contents, so replay recomputes parity from the
+    /// other data columns as they are on their members and these contents (the missing
+    /// columns live only in parity, which a torn write leaves useless).
+    SuppliedIntent,
 }
 
 impl EntryKind {
     /// Whether the entry's writes carry payload bytes.
     pub fn has_payload(self) -> bool {
         self != EntryKind::Intent
+    }
+
+    /// Whether the entry records a full-stripe write (replay recomputes the stripe's parity).
+    pub fn is_intent(self) -> bool {
+        matches!(self, EntryKind::Intent | EntryKind::SuppliedIntent)
     }
 }
 
@@ -212,6 +225,7 @@ pub fn encode_batch(
             EntryKind::Redo => KIND_REDO,
             EntryKind::Intent => KIND_INTENT,
             EntryKind::PartialParity => KIND_PARTIAL_PARITY,
+            EntryKind::SuppliedIntent => KIND_SUPPLIED_INTENT,
         };
         out[at + 4..at + 8].copy_from_slice(
             &u32::try_from(entry.writes.len())
@@ -304,6 +318,7 @@ pub fn decode_batch(bytes: &[u8], group_uuid: Uuid) -> Result<Batch, BatchError>
             KIND_REDO => EntryKind::Redo,
             KIND_INTENT => EntryKind::Intent,
             KIND_PARTIAL_PARITY => EntryKind::PartialParity,
+            KIND_SUPPLIED_INTENT => EntryKind::SuppliedIntent,
             _ => return Err(BatchError::Malformed("entry kind")),
         };
         let writes = u32::from_le_bytes(image[at + 4..at + 8].try_into().expect("4 bytes"));
@@ -345,6 +360,17 @@ pub fn decode_batch(bytes: &[u8], group_uuid: Uuid) -> Result<Batch, BatchError>
         {
             return Err(BatchError::Malformed(
                 "partial parity names one data column",
+            ));
+        }
+        if kind == EntryKind::SuppliedIntent
+            && (entry.writes.is_empty()
+                || entry
+                    .writes
+                    .iter()
+                    .any(|write| !matches!(write.column, Column::Data(_))))
+        {
+            return Err(BatchError::Malformed(
+                "a supplied intent names data columns",
             ));
         }
         entries.push(entry);
@@ -453,6 +479,32 @@ mod tests {
                 Err(BatchError::Malformed(_))
             ));
         }
+    }
+
+    #[test]
+    fn a_supplied_intent_carries_data_columns_only() {
+        let supplied = |column| {
+            vec![EntryDescriptor {
+                kind: EntryKind::SuppliedIntent,
+                stripe: 5,
+                writes: vec![WriteDescriptor {
+                    column,
+                    within_bytes: 0,
+                    len_bytes: 1024,
+                }],
+            }]
+        };
+        let entries = supplied(Column::Data(3));
+        let image = encode(&entries);
+        let batch = decode_batch(&image, uuid(3)).unwrap();
+        assert_eq!(batch.entries, entries);
+        assert_eq!(image[HEADER_BYTES], 4, "kind 4 on disk");
+        let payload = batch.payload_offsets[0][0] as usize;
+        assert!(image[payload..payload + 1024].iter().all(|&b| b == 1));
+        assert!(matches!(
+            decode_batch(&encode(&supplied(Column::Parity(0))), uuid(3)),
+            Err(BatchError::Malformed(_))
+        ));
     }
 
     #[test]

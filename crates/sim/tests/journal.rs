@@ -666,3 +666,73 @@ fn a_replayed_full_stripe_intent_with_a_lost_data_chunk_leaves_the_stripe_whole(
     tessera_parity::Kernel::pq_gen(&tessera_parity::Naive, &[&d0, d1], &mut p, &mut q);
     assert!(q == chunk(q_member), "Q disagrees with the data P gives");
 }
+
+/// Whether `data` is one chunk all of `byte`.
+fn filled_with(data: &[u8], byte: u8) -> bool {
+    data.len() == CHUNK as usize && data.iter().all(|&b| b == byte)
+}
+
+#[test]
+fn a_torn_full_stripe_write_on_a_degraded_stripe_journals_only_the_missing_column() {
+    // RAID5 of three, the member of data chunk 1 failed (the journal is on while degraded): a
+    // full-stripe write whose parity write the power cut takes while chunk 0 lands. Chunk 1
+    // lives only in parity: without its new contents in the journal it would read back as
+    // neither its old nor its new contents. The entry carries that column alone, not the
+    // whole stripe.
+    let mut h = group(JournalMode::DegradeOnly);
+    h.engine.fail_member_admin(holder(&h, Column::Data(1)));
+    h.settle();
+    assert!(h.engine.journal_status().active);
+    let parity_member = holder(&h, Column::Parity(0));
+    let before = h.engine.status().counters.journal_bytes;
+    let mut full = vec![0x11; CHUNK as usize];
+    full.extend_from_slice(&[0x22; CHUNK as usize]);
+    h.submit_write(0, &full);
+    run_until_stuck(&mut h, |member, _, target| {
+        target == Target::Journal || member != parity_member
+    });
+    let journaled = h.engine.status().counters.journal_bytes - before;
+    // Two copies (parity + 1) of a batch: a 4 KiB header block and one chunk of payload. The
+    // whole stripe (two data chunks and parity) would take 16 KiB a copy.
+    assert_eq!(journaled, 2 * (4096 + CHUNK), "one column journaled");
+    let images = crash_and_lose(h, &[]);
+    let mut h = Harness::assemble(images, config(), parity());
+    assert_filled(&h.read(0, CHUNK).unwrap(), 0x11, "chunk 0");
+    assert_filled(
+        &h.read(CHUNK, CHUNK).unwrap(),
+        0x22,
+        "chunk 1, from replayed parity",
+    );
+}
+
+#[test]
+fn a_replayed_supplied_intent_makes_both_parities_agree_with_the_supplied_column() {
+    // RAID6 of four, data chunk 0's member failed: a full-stripe write of which only P lands.
+    // Replay recomputes P and Q from chunk 1 as it is and chunk 0's journaled contents, so a
+    // later loss of P's member still gives chunk 0's new contents (from Q).
+    let mut h = started(Level::Raid6, 4, JournalMode::DegradeOnly);
+    h.write(0, &[0xAA; 2 * CHUNK as usize]).unwrap();
+    h.flush().unwrap();
+    h.engine.fail_member_admin(holder(&h, Column::Data(0)));
+    h.settle();
+    let p_member = holder(&h, Column::Parity(0));
+    let mut data = vec![0x11; CHUNK as usize];
+    data.extend_from_slice(&[0x22; CHUNK as usize]);
+    h.submit_write(0, &data);
+    run_until_stuck(&mut h, |member, _, target| {
+        target == Target::Journal || member == p_member
+    });
+    let images = crash_and_lose(h, &[]);
+    let mut h = Harness::assemble(images, config(), parity());
+    let chunk1 = h.read(CHUNK, CHUNK).unwrap();
+    assert!(
+        filled_with(&chunk1, 0x22) || filled_with(&chunk1, 0xAA),
+        "chunk 1 is old or new"
+    );
+    assert_filled(&h.read(0, CHUNK).unwrap(), 0x11, "chunk 0 after replay");
+    let p_member = holder(&h, Column::Parity(0));
+    let images = crash_and_lose(h, &[p_member]);
+    let mut h = Harness::assemble(images, config(), parity());
+    assert_filled(&h.read(0, CHUNK).unwrap(), 0x11, "chunk 0 from Q");
+    assert_eq!(h.read(CHUNK, CHUNK).unwrap(), chunk1, "chunk 1 unchanged");
+}

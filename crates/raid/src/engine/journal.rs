@@ -747,7 +747,7 @@ impl Engine {
         for entry in &entries {
             let stripe = entry.descriptor.stripe;
             match entry.descriptor.kind {
-                EntryKind::Intent => {
+                EntryKind::Intent | EntryKind::SuppliedIntent => {
                     intents.push(stripe);
                     self.journal.intents.insert(stripe, sequence);
                 }

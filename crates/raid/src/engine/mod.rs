@@ -1064,13 +1064,6 @@ impl Engine {
     /// Members (and device offsets of the chunk start) that a write of `column` of `stripe`
     /// must reach.
     /// Whether every column of `stripe`, data and parity, has a member to write.
-    fn stripe_fully_writable(&self, stripe: u64) -> bool {
-        let data = (0..self.geometry.data_chunks()).map(Column::Data);
-        let parity = (0..self.geometry.parity_chunks()).map(Column::Parity);
-        data.chain(parity)
-            .all(|column| !self.column_writers(stripe, column).is_empty())
-    }
-
     fn column_writers(&self, stripe: u64, column: Column) -> Vec<(usize, u64)> {
         let placements: Vec<_> = match column {
             Column::Data(index) => (0..self.geometry.copies())

@@ -2,15 +2,16 @@
 //! journal area for valid batches (at every assembly, so new batches are numbered above all
 //! found), and if the superblock says the journal covers the group, apply the entries above
 //! the retirement point in sequence order (redo: write the blocks again; partial parity: read
-//! the written data range, XOR, write parity), recompute the parity of stripes that had
-//! full-stripe writes in flight, flush, and only then trust the stripes (clear the regions
-//! awaiting resync).
+//! the written data range, XOR, write parity; supplied intent: once the batch's writes are
+//! done, resync the stripe with the journaled contents of its columns that had no member),
+//! recompute the parity of stripes that had full-stripe writes in flight, flush, and only then
+//! trust the stripes (clear the regions awaiting resync).
 //!
 //! A crash during replay leaves the journal as it was (replay writes only data areas and the
 //! superblock floor comes last), so the next assembly replays again; redo is idempotent.
 
 use super::slab::Key;
-use super::stripe::{Kind, Stage, StripeOp};
+use super::stripe::{Kind, Stage, StripeOp, SuppliedColumns};
 use super::{Engine, MemberError, MemberOp, Owner};
 use crate::geometry::Column;
 use crate::journal::{self as format, BATCH_ALIGN_BYTES, BatchError, EntryKind};
@@ -51,6 +52,9 @@ struct Applying {
     partials: Vec<PartialParity>,
     /// Buffers of those entries, freed with the batch.
     scratch: Vec<BufferId>,
+    /// Supplied intents to resync once the batch's writes are done: stripe and the pieces of
+    /// its supplied columns (slices of the batch buffer).
+    supplied: Vec<(u64, SuppliedColumns)>,
 }
 
 /// A batch found on the members: where its copies are.
@@ -86,7 +90,8 @@ pub(crate) struct Replay {
     /// The newest full-stripe write per stripe among the batches replayed.
     last_intent: BTreeMap<u64, u64>,
     current: Option<Applying>,
-    resync_queue: VecDeque<u64>,
+    /// Stripes to resync, with the supplied columns of a supplied intent.
+    resync_queue: VecDeque<(u64, SuppliedColumns)>,
     resync_in_flight: u32,
     pub(crate) replayed_entries: u64,
 }
@@ -209,7 +214,7 @@ impl Engine {
                                         intents: batch
                                             .entries
                                             .iter()
-                                            .filter(|entry| entry.kind == EntryKind::Intent)
+                                            .filter(|entry| entry.kind.is_intent())
                                             .map(|entry| entry.stripe)
                                             .collect(),
                                     });
@@ -273,7 +278,11 @@ impl Engine {
                         return;
                     }
                     let Some(sequence) = replay.queue.front().copied() else {
-                        replay.resync_queue = replay.last_intent.keys().copied().collect();
+                        replay.resync_queue = replay
+                            .last_intent
+                            .keys()
+                            .map(|&stripe| (stripe, Vec::new()))
+                            .collect();
                         replay.stage = ReplayStage::Resyncing;
                         continue;
                     };
@@ -327,6 +336,7 @@ impl Engine {
             read_failed: false,
             partials: Vec::new(),
             scratch: Vec::new(),
+            supplied: Vec::new(),
         });
         let slice = self.pool.full(buffer);
         self.issue(
@@ -374,14 +384,24 @@ impl Engine {
             .expect("a batch being applied")
     }
 
-    /// The batch being applied has no I/O left: move on to the next.
+    /// The batch being applied has no I/O left: resync its supplied intents (after its writes,
+    /// since an earlier entry of the batch may write the same stripe), then move on to the
+    /// next batch.
     fn finish_batch_if_done(&mut self) {
         let replay = self.journal.replay.as_mut().expect("replay");
-        if replay
-            .current
-            .as_ref()
-            .is_some_and(|current| current.pending > 0)
-        {
+        let Some(current) = replay.current.as_mut() else {
+            return;
+        };
+        if current.pending > 0 {
+            return;
+        }
+        if !current.supplied.is_empty() {
+            let supplied = std::mem::take(&mut current.supplied);
+            replay.resync_queue.extend(supplied);
+            self.pump_replay_resync();
+            return;
+        }
+        if replay.resync_in_flight > 0 || !replay.resync_queue.is_empty() {
             return;
         }
         let current = replay.current.take().expect("a batch being applied");
@@ -421,7 +441,10 @@ impl Engine {
         let mut scratch_buffers = Vec::new();
         let mut valid = true;
         let mut replayed = 0u64;
-        for (entry, offsets) in batch.entries.iter().zip(&batch.payload_offsets) {
+        let mut supplied = Vec::new();
+        for (position, (entry, offsets)) in
+            batch.entries.iter().zip(&batch.payload_offsets).enumerate()
+        {
             if entry.kind == EntryKind::Intent {
                 continue;
             }
@@ -432,6 +455,35 @@ impl Engine {
                 .is_some_and(|&intent| intent > sequence)
             {
                 // A later full-stripe write replaced everything this entry wrote.
+                continue;
+            }
+            if entry.kind == EntryKind::SuppliedIntent {
+                let superseded = batch.entries[position + 1..]
+                    .iter()
+                    .any(|later| later.kind.is_intent() && later.stripe == entry.stripe);
+                if !self.entry_in_geometry(entry) {
+                    valid = false;
+                    break;
+                }
+                if !superseded {
+                    replayed += 1;
+                    let pieces = entry
+                        .writes
+                        .iter()
+                        .zip(offsets)
+                        .map(|(write, &payload)| {
+                            let Column::Data(index) = write.column else {
+                                unreachable!("decoding checks a supplied intent's columns")
+                            };
+                            (
+                                index,
+                                write.within_bytes,
+                                self.slice(buffer, payload, write.len_bytes),
+                            )
+                        })
+                        .collect();
+                    supplied.push((entry.stripe, pieces));
+                }
                 continue;
             }
             if !self.entry_in_geometry(entry)
@@ -483,6 +535,7 @@ impl Engine {
             writes.clear();
             reads.clear();
             waiting.clear();
+            supplied.clear();
         }
         replay.replayed_entries += replayed;
         self.counters.journal_replayed_entries += replayed;
@@ -491,6 +544,7 @@ impl Engine {
         current.reads_pending = u32::try_from(reads.len()).expect("reads fit u32");
         current.partials = waiting;
         current.scratch = scratch_buffers;
+        current.supplied = supplied;
         for (member, offset_bytes, slice) in reads {
             self.issue(
                 member,
@@ -577,13 +631,14 @@ impl Engine {
             if replay.resync_in_flight as usize >= self.config.resync_window.max(1) {
                 return;
             }
-            let Some(stripe) = replay.resync_queue.pop_front() else {
+            let Some((stripe, supplied)) = replay.resync_queue.pop_front() else {
                 return;
             };
             replay.resync_in_flight += 1;
             let region = self.regions.region_of_stripe(stripe, &self.geometry);
             let mut op = StripeOp::new(stripe, region, Kind::Resync);
             op.journal_replay = true;
+            op.supplied = supplied;
             let id: Key = self.ops.insert(Box::new(op));
             if self.locks.acquire(stripe, id) {
                 self.ops.get_mut(id).expect("new op").stage = Stage::Gate;
@@ -596,7 +651,12 @@ impl Engine {
     pub(super) fn replay_resync_done(&mut self) {
         let replay = self.journal.replay.as_mut().expect("replay");
         replay.resync_in_flight -= 1;
-        self.replay_step();
+        if replay.stage == ReplayStage::Applying {
+            self.pump_replay_resync();
+            self.finish_batch_if_done();
+        } else {
+            self.replay_step();
+        }
     }
 
     /// A full flush finished while replaying.

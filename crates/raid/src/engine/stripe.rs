@@ -145,6 +145,10 @@ pub(super) enum Work {
     },
 }
 
+/// Pieces of data columns a replayed supplied intent gives: data index, offset within the
+/// chunk, contents.
+pub(super) type SuppliedColumns = Vec<(usize, u64, BufferSlice)>;
+
 pub(crate) struct StripeOp {
     pub stripe: u64,
     pub region: u64,
@@ -172,7 +176,9 @@ pub(crate) struct StripeOp {
     pub(super) held_writes: Vec<(usize, MemberOp)>,
     /// The update as journal entry writes: column, offset within the chunk, contents.
     pub(super) journal_writes: Vec<(Column, u64, BufferSlice)>,
-    /// A write of every data chunk whole (journaled as an intent, without contents).
+    /// A write of every data chunk whole (journaled as an intent, without contents, or with
+    /// the contents of the data columns that have no member: `journal_writes` then holds
+    /// only those).
     pub(super) full_stripe: bool,
     /// The batch holding this op's entry, and whether it is durable.
     pub(super) journal_sequence: Option<u64>,
@@ -184,6 +190,11 @@ pub(crate) struct StripeOp {
     pub(super) unjournaled: bool,
     /// A resync run by journal replay (not by background resync).
     pub(super) journal_replay: bool,
+    /// For a resync replaying a supplied intent: the new contents of the data columns that had
+    /// no member when the write was journaled (data index, offset within the chunk, slice of
+    /// the batch), used instead of reading or recovering those columns, and written to a
+    /// column that has a member again.
+    pub(super) supplied: SuppliedColumns,
     /// The op's parity work was done outside the engine; the compute stage must not redo it.
     pub(super) computed: bool,
 }
@@ -215,8 +226,16 @@ impl StripeOp {
             journal_partial_parity: false,
             unjournaled: false,
             journal_replay: false,
+            supplied: Vec::new(),
             computed: false,
         }
+    }
+
+    /// Whether a replayed supplied intent gives data column `index`.
+    pub(super) fn supplies(&self, index: usize) -> bool {
+        self.supplied
+            .iter()
+            .any(|&(supplied, _, _)| supplied == index)
     }
 
     pub(crate) fn is_gathering(&self) -> bool {
@@ -438,7 +457,9 @@ impl Engine {
                     self.compute_op(id, op);
                     if op.hold_writes && !op.held_writes.is_empty() {
                         let writes = std::mem::take(&mut op.journal_writes);
-                        let kind = if op.full_stripe {
+                        let kind = if op.full_stripe && !writes.is_empty() {
+                            EntryKind::SuppliedIntent
+                        } else if op.full_stripe {
                             EntryKind::Intent
                         } else if op.journal_partial_parity {
                             EntryKind::PartialParity
@@ -706,8 +727,9 @@ impl Engine {
         let parity_chunks = self.geometry.parity_chunks();
         let mut data_readable = [false; MAX_MEMBERS];
         for (index, readable) in data_readable.iter_mut().enumerate().take(data_chunks) {
-            *readable = forced_lost & (1 << index) == 0
-                && self.readable_column(op, Column::Data(index)).is_some();
+            *readable = op.supplies(index)
+                || (forced_lost & (1 << index) == 0
+                    && self.readable_column(op, Column::Data(index)).is_some());
         }
         let mut parity_readable = [false; 2];
         for (which, readable) in parity_readable.iter_mut().enumerate().take(parity_chunks) {
@@ -764,8 +786,13 @@ impl Engine {
                 *slot = Some(slice);
             }
         }
+        for &(index, within_bytes, piece) in &op.supplied {
+            let at = (within_bytes - range.start_bytes) as usize;
+            let slot = image.data[index].expect("buffer");
+            self.copy_slice(piece, slot.sub(at, piece.len()));
+        }
         let mut reads = Vec::new();
-        for index in (0..data_chunks).filter(|&index| data_readable[index]) {
+        for index in (0..data_chunks).filter(|&index| data_readable[index] && !op.supplies(index)) {
             let (member, offset) = self
                 .readable_column(op, Column::Data(index))
                 .expect("readable column");
@@ -1084,8 +1111,9 @@ impl Engine {
             return self.plan_chunk_copy(id, op, member, offset_bytes);
         }
         let data_chunks = self.geometry.data_chunks();
-        let any_lost =
-            (0..data_chunks).any(|index| self.readable_column(op, Column::Data(index)).is_none());
+        let any_lost = (0..data_chunks).any(|index| {
+            !op.supplies(index) && self.readable_column(op, Column::Data(index)).is_none()
+        });
         // A stripe a replayed full-stripe intent names holds only the torn write's data, which
         // may read back as anything (the fault model's relaxation): a lost chunk of it is taken
         // as parity says, and the other parity made to agree, so that the stripe is whole
@@ -1257,20 +1285,27 @@ impl Engine {
             op.full_stripe = false;
         } else if op.hold_writes {
             op.journal_partial_parity = false;
+            // A full-stripe write needs no contents in the journal where every data column has
+            // a member: replay recomputes parity from the data on the members. A data column
+            // without a member lives only in parity, which a torn write leaves useless, so its
+            // new contents go into the journal and replay recomputes parity from them and the
+            // other columns. A missing parity column needs nothing: there is nothing to redo.
+            let missing = |index: usize| {
+                self.column_writers(op.stripe, Column::Data(index))
+                    .is_empty()
+            };
+            op.full_stripe = full_stripe;
             op.journal_writes = fragments
                 .iter()
+                .filter(|f| !full_stripe || missing(f.index))
                 .map(|f| (Column::Data(f.index), f.range.start_bytes, f.buffer))
                 .chain(
                     parity_writes
                         .iter()
+                        .filter(|_| !full_stripe)
                         .map(|&(which, buffer, start)| (Column::Parity(which), start, buffer)),
                 )
                 .collect();
-            // An intent (no contents) is enough only if every column is written: then replay
-            // can recompute parity from the data on the members. On a degraded stripe the data
-            // of a missing column lives only in parity, which a torn write leaves useless, so
-            // the contents go into the journal.
-            op.full_stripe = full_stripe && self.stripe_fully_writable(op.stripe);
         }
         for fragment in &fragments {
             for (member, offset) in self.column_writers(op.stripe, Column::Data(fragment.index)) {
@@ -1488,6 +1523,22 @@ impl Engine {
                 let (data, outputs) = self.image_parity_slices(image, parity_out);
                 if !op.computed {
                     self.generate_parity(&data, &outputs);
+                }
+                let mut supplied: Vec<usize> = op.supplied.iter().map(|s| s.0).collect();
+                supplied.sort_unstable();
+                supplied.dedup();
+                for index in supplied {
+                    for (member, offset) in self.column_writers(op.stripe, Column::Data(index)) {
+                        self.op_issue(
+                            id,
+                            op,
+                            member,
+                            MemberOp::Write {
+                                offset_bytes: offset,
+                                buffer: data[index],
+                            },
+                        );
+                    }
                 }
                 for (which, buffer) in outputs.into_iter().enumerate() {
                     for (member, offset) in self.column_writers(op.stripe, Column::Parity(which)) {
