@@ -1491,6 +1491,31 @@ impl Engine {
         op.work = work;
     }
 
+    /// Writes `buffer`, a whole chunk, to every member holding `column` of the op's stripe but
+    /// `except`.
+    fn write_whole_column(
+        &mut self,
+        id: OpId,
+        op: &mut StripeOp,
+        column: Column,
+        buffer: BufferSlice,
+        except: Option<usize>,
+    ) {
+        for (member, offset) in self.column_writers(op.stripe, column) {
+            if Some(member) != except {
+                self.op_issue(
+                    id,
+                    op,
+                    member,
+                    MemberOp::Write {
+                        offset_bytes: offset,
+                        buffer,
+                    },
+                );
+            }
+        }
+    }
+
     fn compute_resync(&mut self, id: OpId, op: &mut StripeOp) {
         let work = std::mem::replace(&mut op.work, Work::None);
         match &work {
@@ -1499,19 +1524,7 @@ impl Engine {
                 source: Some((buffer, source)),
                 ..
             } => {
-                for (member, offset) in self.column_writers(op.stripe, Column::Data(0)) {
-                    if member != *source {
-                        self.op_issue(
-                            id,
-                            op,
-                            member,
-                            MemberOp::Write {
-                                offset_bytes: offset,
-                                buffer: *buffer,
-                            },
-                        );
-                    }
-                }
+                self.write_whole_column(id, op, Column::Data(0), *buffer, Some(*source));
             }
             Work::Chunk {
                 image, parity_out, ..
@@ -1528,30 +1541,10 @@ impl Engine {
                 supplied.sort_unstable();
                 supplied.dedup();
                 for index in supplied {
-                    for (member, offset) in self.column_writers(op.stripe, Column::Data(index)) {
-                        self.op_issue(
-                            id,
-                            op,
-                            member,
-                            MemberOp::Write {
-                                offset_bytes: offset,
-                                buffer: data[index],
-                            },
-                        );
-                    }
+                    self.write_whole_column(id, op, Column::Data(index), data[index], None);
                 }
                 for (which, buffer) in outputs.into_iter().enumerate() {
-                    for (member, offset) in self.column_writers(op.stripe, Column::Parity(which)) {
-                        self.op_issue(
-                            id,
-                            op,
-                            member,
-                            MemberOp::Write {
-                                offset_bytes: offset,
-                                buffer,
-                            },
-                        );
-                    }
+                    self.write_whole_column(id, op, Column::Parity(which), buffer, None);
                 }
             }
             Work::ParityWrite { .. } | Work::Copies(_) => unreachable!("resync plans a chunk"),
