@@ -429,6 +429,7 @@ impl Engine {
             parked: Vec::new(),
             failure_waiters: Vec::new(),
             last_write_end_bytes: u64::MAX,
+            last_write: None,
             counters: super::Counters::default(),
             startup: Startup::default(),
             superblock,

@@ -245,8 +245,10 @@ pub struct Engine {
     parked: Vec<(u64, Reply)>,
     /// Stripe updates waiting for a member's failure to be recorded (`failure_pending`).
     failure_waiters: Vec<OpId>,
-    /// Where the last host write ended, to recognise sequential streams.
+    /// Where the last host write ended, to recognise sequential streams, and that write (its
+    /// request key and id) while it may still be in flight.
     last_write_end_bytes: u64,
+    last_write: Option<(Key, u64)>,
     counters: Counters,
     startup: meta::Startup,
 }
