@@ -368,7 +368,7 @@ pub enum VdCommand {
         /// Through ublk (the one kind of export to create).
         #[arg(long, required = true)]
         ublk: bool,
-        /// Hardware queues, each served by a thread of the daemon (default: one per CPU, at
+        /// Hardware queues, all served by the daemon's data-plane thread (default: one per CPU, at
         /// most 4).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
         queues: Option<u16>,

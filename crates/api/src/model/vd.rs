@@ -121,7 +121,7 @@ pub struct UblkView {
     pub device: String,
     /// N of `/dev/ublkbN`.
     pub device_id: u32,
-    /// Hardware queues, each served by a thread of the daemon.
+    /// Hardware queues (all served by the daemon's data-plane thread).
     pub queues: u16,
     /// Requests in flight per queue.
     pub queue_depth: u16,
