@@ -1,6 +1,7 @@
 //! Sequential partial-stripe writes that arrive close together become one full-stripe write,
 //! also when the event loop was busy for a long time before they arrived: the coalescing
-//! window starts when the first write arrives, not at the engine's last tick.
+//! window starts when the first write arrives, not at the engine's last tick; with the journal
+//! on, a stream waits longer for a partner than a write whose predecessor was answered.
 
 use tessera_raid::engine::HostOp;
 use tessera_raid::geometry::Level;
@@ -73,4 +74,71 @@ fn a_lone_sequential_partial_write_does_not_wait_for_a_partner() {
             "{level:?}: the data reads back"
         );
     }
+}
+
+/// RAID5 of five with the journal always on and the default coalescing window (200 us).
+fn journaled() -> Harness {
+    let config = tessera_raid::engine::EngineConfig {
+        pool_bytes: 16 << 20,
+        ..tessera_raid::engine::EngineConfig::default()
+    };
+    let mut harness = Harness::with_journal(
+        Level::Raid5,
+        5,
+        16 << 10,
+        16 << 20,
+        config,
+        std::sync::Arc::new(tessera_parity::Naive),
+        tessera_raid::superblock::JournalMode::AlwaysOn,
+    );
+    harness.settle();
+    harness
+}
+
+#[test]
+fn with_the_journal_on_a_stream_waits_longer_for_a_partner_than_a_lone_write() {
+    // A stream: the write the first half continues is still in flight when it arrives, so the
+    // half waits up to ten windows; its partner 1 ms later still joins it.
+    let mut harness = journaled();
+    let stripe = harness.engine.geometry().stripe_data_bytes() as usize;
+    let data = pattern(2 * stripe);
+    let before = harness.engine.status().counters.coalesced_writes;
+    harness.submit_write(0, &data[..stripe]);
+    harness.submit_write(stripe as u64, &data[stripe..stripe + stripe / 2]);
+    harness.advance(1_000);
+    harness.submit_write(
+        (stripe + stripe / 2) as u64,
+        &data[stripe + stripe / 2..2 * stripe],
+    );
+    harness.settle();
+    assert_eq!(
+        harness.engine.status().counters.coalesced_writes,
+        before + 1,
+        "the stream's halves became one write"
+    );
+    assert!(harness.read(0, 2 * stripe as u64).unwrap() == data[..2 * stripe]);
+
+    // Not a stream: the write before was answered (another request is in flight), so the
+    // half keeps the 200 us window and goes alone before its partner arrives 1 ms later.
+    let mut harness = journaled();
+    harness.write(0, &data[..stripe]).unwrap();
+    harness.settle();
+    let before = harness.engine.status().counters.coalesced_writes;
+    harness.submit(HostOp::Read {
+        offset_bytes: 4 * stripe as u64,
+        len_bytes: 4096,
+    });
+    harness.submit_write(stripe as u64, &data[stripe..stripe + stripe / 2]);
+    harness.advance(1_000);
+    harness.submit_write(
+        (stripe + stripe / 2) as u64,
+        &data[stripe + stripe / 2..2 * stripe],
+    );
+    harness.settle();
+    assert_eq!(
+        harness.engine.status().counters.coalesced_writes,
+        before,
+        "the halves went out apart"
+    );
+    assert!(harness.read(0, 2 * stripe as u64).unwrap() == data[..2 * stripe]);
 }

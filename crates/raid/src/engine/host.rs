@@ -14,7 +14,7 @@ use crate::plan::ChunkRange;
 use tessera_buffer::BufferSlice;
 
 /// How many times the coalescing window a sequential partial-stripe write waits for its
-/// partner while the journal is on (see `enqueue_write`).
+/// partner while the journal is on (see `gather_window_us`).
 const JOURNALED_WINDOW_FACTOR: u64 = 10;
 
 /// One chunk-sized (or smaller) piece of a host read.
@@ -84,17 +84,10 @@ impl Engine {
                 self.counters.host_writes += 1;
                 self.counters.host_write_bytes += len_bytes;
                 let key = self.new_request(request.id, None, Some(buffer), true, fua);
-                // A write whose predecessor in the stream was already answered comes from a
-                // client that waits for each answer (queue depth 1, a log written and synced
-                // in turn): its next write cannot arrive while this one waits for it, so
-                // holding it back to coalesce would only add the window to its latency.
-                let sequential = offset_bytes == self.last_write_end_bytes
-                    && self.last_write.is_some_and(|(previous, id)| {
-                        self.requests.get(previous).is_some_and(|r| r.id == id)
-                    });
+                let gather_us = self.gather_window_us(offset_bytes);
                 self.last_write_end_bytes = offset_bytes + len_bytes;
                 self.last_write = Some((key, request.id));
-                self.split_write(key, offset_bytes, self.pool.full(buffer), sequential);
+                self.split_write(key, offset_bytes, self.pool.full(buffer), gather_us);
                 self.finish_part(key, Ok(()));
             }
             HostOp::Flush => {
@@ -252,18 +245,49 @@ impl Engine {
                 });
                 at += len;
             }
-            self.enqueue_write(stripe, fragments, false);
+            self.enqueue_write(stripe, fragments, 0);
             cursor = stripe_end;
         }
     }
 
-    /// Splits a host write into per-stripe fragments and queues them.
+    /// How long a partial-stripe piece of a write starting at `offset_bytes` may wait for the
+    /// rest of its stripe (0: not at all).
+    fn gather_window_us(&self, offset_bytes: u64) -> u64 {
+        if offset_bytes != self.last_write_end_bytes || self.geometry.parity_chunks() == 0 {
+            return 0;
+        }
+        // A write alone in the engine comes from a client that waits for each answer (queue
+        // depth 1): its next write cannot arrive while this one waits for it, so holding it
+        // back to coalesce would only add the window to its latency.
+        if self.requests.len() <= 1 {
+            return 0;
+        }
+        // With the journal on, a partial-stripe write costs a journal entry with its contents
+        // (and a later write to the stripe waits for it), where a full stripe costs none: the
+        // partner is worth a longer wait. Without that, a stream slowed by its entries saw its
+        // partners come too late, went out in halves and slowed further (degraded 128 KiB
+        // sequential writes through ublk in the test VM: 281 of 1,968 writes full-stripe).
+        // Only behind a write still in flight, which is a stream: a client that waited for
+        // the write this one continues (a log written and synced in turn beside other I/O)
+        // keeps the short window.
+        let stream = self
+            .last_write
+            .is_some_and(|(previous, id)| self.requests.get(previous).is_some_and(|r| r.id == id));
+        if stream && self.journal.active {
+            self.config.coalesce_window_us * JOURNALED_WINDOW_FACTOR
+        } else {
+            self.config.coalesce_window_us
+        }
+    }
+
+    /// Splits a host write into per-stripe fragments and queues them; partial-stripe pieces
+    /// wait up to `gather_us` for the rest of their stripe.
     fn split_write(
         &mut self,
         request: Key,
         offset_bytes: u64,
         buffer: BufferSlice,
-        sequential: bool,
+        gather_us: u64,
     ) {
         let chunk = self.geometry.chunk_bytes();
         let end = offset_bytes + buffer.len() as u64;
@@ -285,19 +309,15 @@ impl Engine {
                 });
                 at += len;
             }
-            self.enqueue_write(stripe, fragments, sequential);
+            self.enqueue_write(stripe, fragments, gather_us);
             cursor = stripe_end;
         }
     }
 
     /// Adds a stripe's fragments to the last queued write of that stripe when they fit
-    /// (coalescing), or queues a new stripe write.
-    pub(super) fn enqueue_write(
-        &mut self,
-        stripe: u64,
-        fragments: Vec<Fragment>,
-        sequential: bool,
-    ) {
+    /// (coalescing), or queues a new stripe write, which waits up to `gather_us` for the rest
+    /// of its stripe if it is partial.
+    pub(super) fn enqueue_write(&mut self, stripe: u64, fragments: Vec<Fragment>, gather_us: u64) {
         for fragment in &fragments {
             self.requests
                 .get_mut(fragment.request)
@@ -328,24 +348,9 @@ impl Engine {
         let op_id = self.ops.insert(Box::new(op));
         if self.locks.acquire(stripe, op_id) {
             let op = self.ops.get_mut(op_id).expect("new op is live");
-            if sequential
-                && !full
-                && self.config.coalesce_window_us > 0
-                && self.geometry.parity_chunks() > 0
-            {
-                // With the journal on, a partial-stripe write costs a journal entry with its
-                // contents (and a later write to the stripe waits for it), where a full
-                // stripe costs none: the partner is worth a longer wait. Without that, a
-                // stream slowed by its entries sees its partners come too late, goes out in
-                // halves and slows further (degraded 128 KiB sequential writes through ublk
-                // in the test VM: 281 of 1,968 writes full-stripe).
-                let window_us = if self.journal.active {
-                    self.config.coalesce_window_us * JOURNALED_WINDOW_FACTOR
-                } else {
-                    self.config.coalesce_window_us
-                };
+            if gather_us > 0 && !full {
                 op.stage = Stage::Gathering {
-                    until_us: self.now_us + window_us,
+                    until_us: self.now_us + gather_us,
                 };
             } else {
                 op.stage = Stage::Gate;
