@@ -13,6 +13,26 @@ fn pattern(len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Sends stripe 1 of `data` as two halves, the second `gap_us` after the first (ticked), lets
+/// everything finish, checks that the two stripes read back, and returns how many writes were
+/// coalesced meanwhile.
+fn send_halves_of_stripe_one(harness: &mut Harness, data: &[u8], gap_us: u64) -> u64 {
+    let stripe = data.len() / 2;
+    let before = harness.engine.status().counters.coalesced_writes;
+    harness.submit_write(stripe as u64, &data[stripe..stripe + stripe / 2]);
+    harness.advance(gap_us);
+    harness.submit_write(
+        (stripe + stripe / 2) as u64,
+        &data[stripe + stripe / 2..2 * stripe],
+    );
+    harness.settle();
+    assert!(
+        harness.read(0, 2 * stripe as u64).unwrap() == data[..2 * stripe],
+        "the data reads back"
+    );
+    harness.engine.status().counters.coalesced_writes - before
+}
+
 #[test]
 fn halves_arriving_after_a_busy_loop_turn_still_coalesce() {
     for (level, members) in [(Level::Raid5, 5), (Level::Raid6, 6)] {
@@ -21,7 +41,6 @@ fn halves_arriving_after_a_busy_loop_turn_still_coalesce() {
         let data = pattern(2 * stripe);
         harness.write(0, &data[..stripe]).unwrap();
         harness.settle();
-        let before = harness.engine.status().counters.coalesced_writes;
 
         // A client with more than one request in flight: a read elsewhere, not yet answered.
         harness.submit(HostOp::Read {
@@ -31,22 +50,10 @@ fn halves_arriving_after_a_busy_loop_turn_still_coalesce() {
         // Ten milliseconds without a tick (a long loop turn), then the first half arrives,
         // a tick 50 us later (the end of that turn), and the second half in the next turn.
         harness.pass_time_untold(10_000);
-        harness.submit_write(stripe as u64, &data[stripe..stripe + stripe / 2]);
-        harness.advance(50);
-        harness.submit_write(
-            (stripe + stripe / 2) as u64,
-            &data[stripe + stripe / 2..2 * stripe],
-        );
-        harness.settle();
-
         assert_eq!(
-            harness.engine.status().counters.coalesced_writes,
-            before + 1,
+            send_halves_of_stripe_one(&mut harness, &data, 50),
+            1,
             "{level:?}: the halves became one write"
-        );
-        assert!(
-            harness.read(0, 2 * stripe as u64).unwrap() == data[..2 * stripe],
-            "{level:?}: the data reads back"
         );
     }
 }
@@ -102,43 +109,25 @@ fn with_the_journal_on_a_stream_waits_longer_for_a_partner_than_a_lone_write() {
     let mut harness = journaled();
     let stripe = harness.engine.geometry().stripe_data_bytes() as usize;
     let data = pattern(2 * stripe);
-    let before = harness.engine.status().counters.coalesced_writes;
     harness.submit_write(0, &data[..stripe]);
-    harness.submit_write(stripe as u64, &data[stripe..stripe + stripe / 2]);
-    harness.advance(1_000);
-    harness.submit_write(
-        (stripe + stripe / 2) as u64,
-        &data[stripe + stripe / 2..2 * stripe],
-    );
-    harness.settle();
     assert_eq!(
-        harness.engine.status().counters.coalesced_writes,
-        before + 1,
+        send_halves_of_stripe_one(&mut harness, &data, 1_000),
+        1,
         "the stream's halves became one write"
     );
-    assert!(harness.read(0, 2 * stripe as u64).unwrap() == data[..2 * stripe]);
 
     // Not a stream: the write before was answered (another request is in flight), so the
     // half keeps the 200 us window and goes alone before its partner arrives 1 ms later.
     let mut harness = journaled();
     harness.write(0, &data[..stripe]).unwrap();
     harness.settle();
-    let before = harness.engine.status().counters.coalesced_writes;
     harness.submit(HostOp::Read {
         offset_bytes: 4 * stripe as u64,
         len_bytes: 4096,
     });
-    harness.submit_write(stripe as u64, &data[stripe..stripe + stripe / 2]);
-    harness.advance(1_000);
-    harness.submit_write(
-        (stripe + stripe / 2) as u64,
-        &data[stripe + stripe / 2..2 * stripe],
-    );
-    harness.settle();
     assert_eq!(
-        harness.engine.status().counters.coalesced_writes,
-        before,
+        send_halves_of_stripe_one(&mut harness, &data, 1_000),
+        0,
         "the halves went out apart"
     );
-    assert!(harness.read(0, 2 * stripe as u64).unwrap() == data[..2 * stripe]);
 }
