@@ -141,6 +141,8 @@ pub struct UringDriver {
     /// Whether the next wait busy-polls: the last busy poll found something, or the last
     /// sleep ended within the window (so a poll would have).
     busy_poll_armed: bool,
+    /// Looks at the ring that busy polls made so far.
+    busy_polls: u64,
 }
 
 // SAFETY: the raw pointers the driver holds (in slots and the backlog) are only handed to the
@@ -263,6 +265,7 @@ impl UringDriver {
             fixed_submissions: 0,
             busy_poll: Duration::ZERO,
             busy_poll_armed: true,
+            busy_polls: 0,
         })
     }
 
@@ -284,6 +287,12 @@ impl UringDriver {
     /// Reads and writes that used the registered arena (READ_FIXED / WRITE_FIXED) so far.
     pub fn fixed_submissions(&self) -> u64 {
         self.fixed_submissions
+    }
+
+    /// Looks at the ring that busy polls made so far: what shows that a wait polled rather
+    /// than slept, whatever share of the CPU the thread got meanwhile.
+    pub fn busy_polls(&self) -> u64 {
+        self.busy_polls
     }
 
     /// Operations in the kernel.
@@ -478,6 +487,7 @@ impl UringDriver {
             until = until.min(deadline);
         }
         while out.len() == start_len && Instant::now() < until {
+            self.busy_polls += 1;
             self.enter(0, None)?;
             self.reap(out);
             self.pump(out)?;
