@@ -55,9 +55,12 @@ class ApiClient:
 class TesseraDaemon:
     """One `tessera serve` for every Tessera target of the run."""
 
-    def __init__(self, shell: Shell, binary: Path, workdir: Path):
+    def __init__(self, shell: Shell, binary: Path, workdir: Path, command_prefix: list[str] | None = None):
         self.shell = shell
         self.binary = binary
+        # Run in front of `tessera serve` (e.g. `taskset -c 1`: what it sets, every thread of
+        # the daemon inherits).
+        self.command_prefix = command_prefix or []
         self.workdir = workdir
         self.api_socket = workdir / "api.sock"
         self.nbd_socket = workdir / "nbd.sock"
@@ -73,6 +76,7 @@ class TesseraDaemon:
         self.shell.note("the Tessera daemon")
         self.process = self.shell.start(
             [
+                *self.command_prefix,
                 str(self.binary),
                 "serve",
                 "--state-dir",

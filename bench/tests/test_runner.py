@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runner import cpu, goals, stats  # noqa: E402
 from runner.rebuild import report as rebuild_report  # noqa: E402
+from runner.scaling import report as scaling_report  # noqa: E402
 from runner.fio import Connection, Stream, parse_output, render_job_file, seconds_option  # noqa: E402
 from runner.stats import Figure  # noqa: E402
 from runner.workloads import CORNERS, Point, corner_points, sweep_points  # noqa: E402
@@ -231,3 +232,36 @@ class RebuildReport(unittest.TestCase):
         self.assertIn("**0.64x** the limit", text)
         self.assertIn("**0.30x** the full one's time", text)
         self.assertIn("| 30% | 30,000 | 0.75x | 2,500 us | 4.0 s |", text)
+
+
+class ScalingReport(unittest.TestCase):
+    @staticmethod
+    def row(target, state, point, iops, server_cpu_seconds=1.5, wall_seconds=3.0, **extra):
+        # IOPS per CPU-percent as run_point computes it.
+        cpu_percent = 100 * server_cpu_seconds / wall_seconds
+        return {"target": target, "state": state, "point": point, "iops": iops,
+                "mb_per_second": iops * 4096 / 1e6, "server_cpu_seconds": server_cpu_seconds,
+                "wall_seconds": wall_seconds, "iops_per_server_cpu_percent": iops / cpu_percent,
+                "p50_us": 100.0, "p99_us": 400.0, **extra}
+
+    def test_depth_rows_give_cpu_per_io_and_the_ratio_to_nbdkit_memory(self):
+        rows = [
+            # Two runs, 90k and 110k: mean 100k, CV 14% (flagged).
+            self.row("raid5", "qd32", "randread-4k-qd32", 90_000),
+            self.row("raid5", "qd32", "randread-4k-qd32", 110_000),
+            self.row("memory", "qd32", "randread-4k-qd32", 125_000),
+            self.row("memory", "qd32", "randread-4k-qd32", 125_000),
+        ]
+        text = scaling_report(rows, [32], [])
+        # 1.5 s of CPU in 3 s is 50%: 100,000 / 50 = 2,000 IOPS per CPU-% -> 10^4 / 2,000 = 5 us.
+        self.assertIn("| 32 | 100,000* | 100 | 400 | 5.0 | 125,000 | 0.80 | - |", text)
+        self.assertNotIn("## Members", text)
+
+    def test_core_rows_compare_the_confined_daemon_with_the_free_one(self):
+        rows = [
+            self.row("raid5", "jobs2", "randwrite-4k-qd32", 80_000, server_cpu_seconds=3.0),
+            self.row("raid5-one-core", "jobs2", "randwrite-4k-qd32", 60_000, server_cpu_seconds=2.7),
+        ]
+        text = scaling_report(rows, [], [])
+        self.assertIn("| 4K random write IOPS | 2 | 80,000 | 100 | 60,000 | 90 | 0.75 |", text)
+        self.assertIn("| 4K random read IOPS | 1 | - | - | - | - | - |", text)
