@@ -16,6 +16,7 @@
 use super::{DataPlane, PlaneHandle, Requester, Token};
 use crate::log;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 use tessera_api::model::{ApiError, ExportUblk, UblkView};
 use tessera_io::{Driver, DriverKind, Operation};
@@ -68,7 +69,8 @@ pub(crate) struct UblkExport {
 
 /// A queue of an export's device, served by the data plane.
 struct PlaneQueue {
-    vd: String,
+    /// Shared with each request the queue fetches, so a request costs no copy of the name.
+    vd: Arc<str>,
     export: u64,
     queue: ServedQueue,
 }
@@ -92,7 +94,7 @@ pub(crate) struct UblkExports {
 
 /// A request of a ublk device submitted to an engine or a thin store.
 pub(crate) struct UblkRequest {
-    vd: String,
+    vd: Arc<str>,
     request: BlockRequest,
     submitted: Instant,
 }
@@ -508,6 +510,7 @@ impl DataPlane {
                 "virtual drive {name} went away, or the daemon began stopping"
             )));
         }
+        let vd: Arc<str> = Arc::from(name);
         for mut queue in queues {
             let key = self.ublk.next_queue;
             self.ublk.next_queue += 1;
@@ -518,7 +521,7 @@ impl DataPlane {
             self.ublk.queues.insert(
                 key,
                 PlaneQueue {
-                    vd: name.to_string(),
+                    vd: Arc::clone(&vd),
                     export: id,
                     queue,
                 },
@@ -565,7 +568,7 @@ impl DataPlane {
         };
         match entry.queue.completed(tag, result) {
             Some(request) => {
-                let (vd, export) = (entry.vd.clone(), entry.export);
+                let (vd, export) = (Arc::clone(&entry.vd), entry.export);
                 self.ublk_request(&vd, export, request);
             }
             None => {
@@ -600,8 +603,8 @@ impl DataPlane {
     }
 
     /// A request a queue fetched.
-    fn ublk_request(&mut self, vd: &str, export: u64, request: BlockRequest) {
-        let Some(entry) = self.ublk.exports.get_mut(vd).filter(|e| e.id == export) else {
+    fn ublk_request(&mut self, vd: &Arc<str>, export: u64, request: BlockRequest) {
+        let Some(entry) = self.ublk.exports.get_mut(&**vd).filter(|e| e.id == export) else {
             request.complete(Err(libc::ENODEV));
             return;
         };
@@ -610,7 +613,7 @@ impl DataPlane {
             return;
         }
         if let Some(request) = self.ublk_submit(vd, request) {
-            let entry = self.ublk.exports.get_mut(vd).expect("looked up above");
+            let entry = self.ublk.exports.get_mut(&**vd).expect("looked up above");
             entry.waiting.push_back(request);
         }
     }
@@ -618,21 +621,21 @@ impl DataPlane {
     /// Submits what waited for arena space, in order; true if anything went.
     pub(super) fn pump_ublk(&mut self) -> bool {
         let mut progressed = false;
-        let names: Vec<String> = self
+        let names: Vec<Arc<str>> = self
             .ublk
             .exports
             .iter()
             .filter(|(_, export)| !export.waiting.is_empty())
-            .map(|(name, _)| name.clone())
+            .map(|(name, _)| Arc::from(name.as_str()))
             .collect();
         for name in names {
             loop {
-                let export = self.ublk.exports.get_mut(&name).expect("listed");
+                let export = self.ublk.exports.get_mut(&*name).expect("listed");
                 let Some(request) = export.waiting.pop_front() else {
                     break;
                 };
                 if let Some(request) = self.ublk_submit(&name, request) {
-                    let export = self.ublk.exports.get_mut(&name).expect("listed");
+                    let export = self.ublk.exports.get_mut(&*name).expect("listed");
                     export.waiting.push_front(request);
                     break;
                 }
@@ -644,8 +647,8 @@ impl DataPlane {
 
     /// Submits one request to the drive's engine or thin store, or answers it here. Gives it
     /// back when a write finds no arena space (it waits for replies to free some).
-    fn ublk_submit(&mut self, vd: &str, request: BlockRequest) -> Option<BlockRequest> {
-        let export = self.ublk.exports.get(vd).expect("caller looked it up");
+    fn ublk_submit(&mut self, vd: &Arc<str>, request: BlockRequest) -> Option<BlockRequest> {
+        let export = self.ublk.exports.get(&**vd).expect("caller looked it up");
         let len_bytes = u64::from(request.len_bytes);
         // A flush has no range (the block layer leaves its sector at -1).
         let in_range = request.op == BlockOp::Flush
@@ -713,7 +716,7 @@ impl DataPlane {
             BlockOp::Unsupported(_) => unreachable!("answered above"),
         };
         let id = self.requests.insert(Requester::Ublk(UblkRequest {
-            vd: vd.to_string(),
+            vd: Arc::clone(vd),
             request,
             submitted: Instant::now(),
         }));
@@ -722,7 +725,7 @@ impl DataPlane {
         None
     }
 
-    fn ublk_submit_thin(&mut self, vd: &str, request: BlockRequest) {
+    fn ublk_submit_thin(&mut self, vd: &Arc<str>, request: BlockRequest) {
         let offset_bytes = request.offset_bytes;
         let len_bytes = u64::from(request.len_bytes);
         let op = match request.op {
@@ -749,7 +752,7 @@ impl DataPlane {
             BlockOp::Unsupported(_) => unreachable!("answered by ublk_submit"),
         };
         let id = self.requests.insert(Requester::Ublk(UblkRequest {
-            vd: vd.to_string(),
+            vd: Arc::clone(vd),
             request,
             submitted: Instant::now(),
         }));
