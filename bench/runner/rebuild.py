@@ -8,15 +8,12 @@ and from fio: the physical limit is fio on the member files themselves (the surv
 once, the replacement written), the host load is fio over NBD."""
 
 import argparse
-import datetime
 import json
-import shlex
 import signal
-import subprocess
 import time
 from pathlib import Path
 
-from . import machine, priority
+from .study import begin
 from .fio import parse_output
 from .shell import Shell, say, wait_for
 from .tessera import ApiClient, TesseraDaemon
@@ -281,22 +278,11 @@ def report(results: dict) -> str:
 
 def main(argv: list[str]) -> int:
     options = parse_options(argv)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    out_dir = options.out or REPO / "bench" / "results" / f"{stamp}-rebuild"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    study = begin("rebuild", argv, options.out, options.nice)
+    out_dir = study.out_dir
     bench = RebuildBench(options, out_dir)
-    command = ("cargo xtask bench rebuild " + shlex.join(argv)).strip()
-    bench.shell.note(command)
-    previous, priority_note = (None, "not changed")
-    if options.nice:
-        previous, priority_note = priority.raise_priority(options.nice)
-    bench.results.update({
-        "command": command,
-        "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "member_bytes": options.member_bytes,
-        "priority": priority_note,
-        "machine": machine.describe(REPO),
-    })
+    bench.shell.note(study.command)
+    bench.results.update({**study.meta(), "member_bytes": options.member_bytes})
     bench.shell.run(["rm", "-rf", str(options.workdir)])
     options.workdir.mkdir(parents=True)
     try:
@@ -304,10 +290,10 @@ def main(argv: list[str]) -> int:
     finally:
         bench.daemon.stop()
         bench.shell.run(["rm", "-rf", str(options.workdir)])
-        priority.restore_autogroup(previous)
+        study.finish()
         (out_dir / "results.json").write_text(json.dumps(bench.results, indent=1))
     text = report(bench.results)
-    (out_dir / "report.md").write_text(f"# Rebuild benchmark\n\n`{command}`\n\n{text}")
+    (out_dir / "report.md").write_text(f"# Rebuild benchmark\n\n`{study.command}`\n\n{text}")
     print(text)
     say(f"bench: report {out_dir / 'report.md'}")
     return 0

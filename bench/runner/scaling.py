@@ -16,17 +16,16 @@ is what scales, not this machine's disk), three interleaved runs a point:
 import argparse
 import datetime
 import json
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import machine, priority
 from .main import clean_workdir, size_bytes
 from .measure import RunSettings, precondition, run_point
 from .members import MemberPool
 from .nbdkit import MemoryTarget
 from .shell import Shell, say
 from .stats import Figure, fold
+from .study import begin
 from .tessera import TesseraDaemon, TesseraTarget
 from .workloads import CORNERS, Point
 
@@ -289,21 +288,11 @@ def machine_lines(meta: dict) -> str:
 
 def main(argv: list[str]) -> int:
     options = parse_options(argv)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    out_dir = options.out or REPO / "bench" / "results" / f"{stamp}-scaling"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    study = begin("scaling", argv, options.out, options.nice)
+    out_dir = study.out_dir
     bench = ScalingBench(options, out_dir)
-    command = ("cargo xtask bench scaling " + shlex.join(argv)).strip()
-    bench.shell.note(command)
-    previous, priority_note = (None, "not changed")
-    if options.nice:
-        previous, priority_note = priority.raise_priority(options.nice)
-    meta = {
-        "command": command,
-        "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "priority": priority_note,
-        "machine": machine.describe(REPO),
-    }
+    bench.shell.note(study.command)
+    meta = study.meta()
     clean_workdir(bench.shell, options.workdir)
     options.workdir.mkdir(parents=True)
     status = 0
@@ -317,13 +306,13 @@ def main(argv: list[str]) -> int:
             target.teardown()
         bench.stop()
         clean_workdir(bench.shell, options.workdir)
-        priority.restore_autogroup(previous)
+        study.finish()
         meta["finished_utc"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         (out_dir / "meta.json").write_text(json.dumps(meta, indent=1))
         bench.save()
     text = report(bench.rows, options.depths, options.member_counts)
     (out_dir / "report.md").write_text(
-        f"# Scaling benchmark\n\n`{command}`\n\n{machine_lines(meta)}\n\n{text}"
+        f"# Scaling benchmark\n\n`{study.command}`\n\n{machine_lines(meta)}\n\n{text}"
     )
     print(text)
     say(f"scaling: report {out_dir / 'report.md'}")
