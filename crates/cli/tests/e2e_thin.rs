@@ -1,6 +1,7 @@
 //! Thin virtual drives end to end: compressible data written and verified by fio through NBD,
 //! the capacity statistics, holes seen by `nbdinfo --map`, an orderly restart and a crash
-//! (kill -9) with every flushed write intact, and running out of physical space.
+//! (kill -9) with every flushed write intact, running out of physical space, and bits flipped
+//! on a member (at rest and under a running workload) found and repaired.
 
 mod daemon;
 use daemon::{Daemon, fio_verify, have};
@@ -388,5 +389,145 @@ fn bit_flips_on_a_member_are_found_by_scrub_and_repaired_from_parity() {
     assert_eq!(
         number(&stats(&daemon, "flip")["checksum_errors_detected"]),
         detected
+    );
+}
+
+/// fio through its nbd engine with every option as given (global options first, then jobs,
+/// each from its `--name`): whether it succeeded, and what it printed.
+fn fio_jobs(uri: &str, options: &[&str]) -> (bool, String) {
+    let output = Command::new("fio")
+        .args(["--ioengine=nbd", &format!("--uri={uri}")])
+        .args(options)
+        .output()
+        .expect("fio");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+#[test]
+fn bit_flips_under_a_running_workload_are_repaired_and_reads_stay_right() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !have("fio") {
+        return;
+    }
+    let daemon = Daemon::start();
+    let ids = daemon.add_file_drives(4, 64 << 20);
+    let mut args = vec!["dg", "create", "--level", "5", "--chunk", "64K"];
+    args.extend(ids.iter().map(String::as_str));
+    daemon.ok(&args);
+    // Two connections write at once (the verifying readers connect as writers too).
+    daemon.ok(&[
+        "vd",
+        "create",
+        "0",
+        "--size",
+        "256M",
+        "--name",
+        "live",
+        "--thin",
+        "--multi-conn",
+    ]);
+    let uri = daemon.uri("live");
+    let compressible = [
+        "--buffer_compress_percentage=50",
+        "--buffer_compress_chunk=4k",
+        "--refill_buffers",
+    ];
+    // The first 64 MiB, written once: what the readers check below.
+    let mut extra = vec!["--randseed=41", "--end_fsync=1"];
+    extra.extend(compressible);
+    fio_verify(&uri, "64M", &extra, daemon.dir.path());
+
+    // Bits flip on one member: 16 blocks at once (a quarter of a member's blocks are parity,
+    // which reads do not check, so some surely hit data), then a few every 20 ms for as long
+    // as the workload runs.
+    let member = daemon.json(&["pd", "describe", &ids[1]]);
+    let path = member["path"].as_str().expect("member path").to_string();
+    assert_eq!(flip_data_bits(&path, 16, 0x5eed_f11b), 16);
+    let stop = Arc::new(AtomicBool::new(false));
+    let flipper = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut flipped = 0;
+            let mut seed = 0x0b17_f11b;
+            while !stop.load(Ordering::Relaxed) {
+                flipped += flip_data_bits(&path, 4, seed);
+                seed += 2;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            flipped
+        })
+    };
+    // The workload: the first 64 MiB read and verified four times over, while a second job
+    // writes the next 64 MiB and verifies what it wrote as it goes.
+    let mut workload = vec![
+        "--verify=crc32c",
+        "--verify_fatal=1",
+        "--name=readers",
+        "--size=64M",
+        "--rw=randwrite",
+        "--bsrange=4k-128k",
+        "--iodepth=16",
+        "--randseed=41",
+        "--verify_only",
+        "--loops=4",
+        "--name=writer",
+        "--offset=64M",
+        "--size=64M",
+        "--rw=randwrite",
+        "--bs=4k",
+        "--iodepth=16",
+        "--randseed=42",
+        "--verify_backlog=256",
+        "--do_verify=1",
+    ];
+    workload.extend(compressible);
+    let (ok, text) = fio_jobs(&uri, &workload);
+    stop.store(true, Ordering::Relaxed);
+    let flipped = 16 + flipper.join().expect("flipper");
+    assert!(ok, "the workload read wrong data: {text}");
+    let during = stats(&daemon, "live");
+    let detected = number(&during["checksum_errors_detected"]);
+    assert!(
+        detected > 0.0,
+        "{flipped} flipped blocks and the reads found none: {during}"
+    );
+    assert_eq!(
+        number(&during["checksum_errors_repaired"]),
+        detected,
+        "every detected block had parity to repair it: {during}"
+    );
+
+    // Flips the workload did not read again are found now, and everything still verifies.
+    let (ok, text) = fio_jobs(
+        &uri,
+        &[
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--verify_only",
+            "--name=first",
+            "--size=64M",
+            "--rw=randwrite",
+            "--bsrange=4k-128k",
+            "--randseed=41",
+            "--name=second",
+            "--offset=64M",
+            "--size=64M",
+            "--rw=randwrite",
+            "--bs=4k",
+            "--randseed=42",
+        ],
+    );
+    assert!(ok, "a final read found wrong data: {text}");
+    let after = stats(&daemon, "live");
+    assert_eq!(
+        number(&after["checksum_errors_repaired"]),
+        number(&after["checksum_errors_detected"]),
+        "{after}"
     );
 }
