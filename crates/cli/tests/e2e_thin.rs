@@ -396,7 +396,12 @@ fn bit_flips_on_a_member_are_found_by_scrub_and_repaired_from_parity() {
 /// each from its `--name`): whether it succeeded, and what it printed.
 fn fio_jobs(uri: &str, options: &[&str]) -> (bool, String) {
     let output = Command::new("fio")
-        .args(["--ioengine=nbd", &format!("--uri={uri}")])
+        .args([
+            "--ioengine=nbd",
+            &format!("--uri={uri}"),
+            // No verify state files left in the working directory.
+            "--verify_state_save=0",
+        ])
         .args(options)
         .output()
         .expect("fio");
