@@ -16,6 +16,7 @@ is what scales, not this machine's disk), three interleaved runs a point:
 import argparse
 import datetime
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +72,8 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
     for study in options.studies:
         if study not in ("depth", "members", "cores"):
             parser.error(f"unknown study {study!r}; known: depth, members, cores")
+    if "cores" in options.studies and (os.cpu_count() or 1) <= CONFINED_CPU:
+        parser.error(f"the cores study confines a daemon to CPU {CONFINED_CPU}: it needs 2 CPUs")
     if any(count < 2 for count in options.member_counts):
         parser.error("member counts start at 2 (RAID5 needs 3; smaller counts run RAID0 only)")
     return options
