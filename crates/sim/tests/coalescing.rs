@@ -1,7 +1,8 @@
 //! Sequential partial-stripe writes that arrive close together become one full-stripe write,
 //! also when the event loop was busy for a long time before they arrived: the coalescing
 //! window starts when the first write arrives, not at the engine's last tick; with the journal
-//! on, a stream waits longer for a partner than a write whose predecessor was answered.
+//! on, a stream waits longer for a partner than a write whose predecessor was answered, and
+//! longer still when writes are slow to be answered.
 
 use tessera_raid::engine::HostOp;
 use tessera_raid::geometry::Level;
@@ -127,6 +128,38 @@ fn with_the_journal_on_a_stream_waits_longer_for_a_partner_than_a_lone_write() {
     });
     assert_eq!(
         send_halves_of_stripe_one(&mut harness, &data, 1_000),
+        0,
+        "the halves went out apart"
+    );
+}
+
+#[test]
+fn with_the_journal_on_a_stream_on_slow_writes_waits_as_long_as_they_take() {
+    // Writes answered 20 ms after they arrive, sixteen of them: the engine's average write
+    // latency nears 20 ms, and a journaled stream's half then waits up to 50 windows (10 ms)
+    // for its partner instead of 10 (2 ms): the partner 5 ms later still joins it.
+    let mut harness = journaled();
+    let stripe = harness.engine.geometry().stripe_data_bytes() as usize;
+    let data = pattern(2 * stripe);
+    for _ in 0..16 {
+        harness.submit_write(4 * stripe as u64, &data[..stripe]);
+        harness.pass_time_untold(20_000);
+        harness.drain();
+    }
+    harness.settle();
+    harness.submit_write(0, &data[..stripe]);
+    assert_eq!(
+        send_halves_of_stripe_one(&mut harness, &data, 5_000),
+        1,
+        "the stream's halves became one write"
+    );
+
+    // Fast writes (answered at once): the same stream's half waits 2 ms, and a partner 5 ms
+    // later finds it gone.
+    let mut harness = journaled();
+    harness.submit_write(0, &data[..stripe]);
+    assert_eq!(
+        send_halves_of_stripe_one(&mut harness, &data, 5_000),
         0,
         "the halves went out apart"
     );

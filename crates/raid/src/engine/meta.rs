@@ -430,6 +430,7 @@ impl Engine {
             failure_waiters: Vec::new(),
             last_write_end_bytes: u64::MAX,
             last_write: None,
+            write_latency_average_us: 0,
             counters: super::Counters::default(),
             startup: Startup::default(),
             superblock,

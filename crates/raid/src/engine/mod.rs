@@ -249,6 +249,10 @@ pub struct Engine {
     /// request key and id) while it may still be in flight.
     last_write_end_bytes: u64,
     last_write: Option<(Key, u64)>,
+    /// Host writes' latency from arrival to reply, averaged (one eighth of each new sample),
+    /// in microseconds: how long a journaled stream waits for a stripe's partner scales with it
+    /// (`host::gather_window_us`).
+    write_latency_average_us: u64,
     counters: Counters,
     startup: meta::Startup,
 }
@@ -938,9 +942,12 @@ impl Engine {
             id: entry.id,
             result,
         };
-        self.background
-            .pacer
-            .host_latency(self.now_us.saturating_sub(entry.submit_us));
+        let latency_us = self.now_us.saturating_sub(entry.submit_us);
+        self.background.pacer.host_latency(latency_us);
+        if entry.write_buffer.is_some() {
+            let average = self.write_latency_average_us;
+            self.write_latency_average_us = average - average / 8 + latency_us / 8;
+        }
         let needed = self.meta.failure_generation;
         if entry.waits_for_metadata && needed > self.meta.durable_generation {
             self.parked.push((needed, reply));
