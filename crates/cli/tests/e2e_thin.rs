@@ -39,19 +39,10 @@ fn allocation_map(uri: &str) -> Vec<(u64, u64, String)> {
         .collect()
 }
 
-/// fio through its nbd engine: whether it succeeded, and what it printed.
+/// fio through its nbd engine, one job with `options`: whether it succeeded, and what it
+/// printed.
 fn fio_over_nbd(uri: &str, options: &[&str]) -> (bool, String) {
-    let output = Command::new("fio")
-        .args(["--name=job", "--ioengine=nbd", &format!("--uri={uri}")])
-        .args(options)
-        .output()
-        .expect("fio");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.success(), text)
+    fio_jobs(uri, &[&["--name=job"], options].concat())
 }
 
 #[test]
@@ -73,13 +64,8 @@ fn thin_drive_compresses_maps_holes_and_keeps_flushed_data() {
         1u64 << 30
     );
 
-    let compressible = [
-        "--buffer_compress_percentage=50",
-        "--buffer_compress_chunk=4k",
-        "--refill_buffers",
-    ];
     let mut extra = vec!["--randseed=11", "--end_fsync=1"];
-    extra.extend(compressible);
+    extra.extend(COMPRESSIBLE);
     fio_verify(&uri, "96M", &extra, daemon.dir.path());
 
     let written = stats(&daemon, "thin");
@@ -116,12 +102,12 @@ fn thin_drive_compresses_maps_holes_and_keeps_flushed_data() {
 
     daemon.restart();
     let mut extra = vec!["--randseed=11", "--verify_only"];
-    extra.extend(compressible);
+    extra.extend(COMPRESSIBLE);
     fio_verify(&uri, "96M", &extra, daemon.dir.path());
 
     // A crash: what was flushed before it is all there, the rest of the drive is untouched.
     let mut extra = vec!["--randseed=12", "--offset=512M", "--end_fsync=1"];
-    extra.extend(compressible);
+    extra.extend(COMPRESSIBLE);
     fio_verify(&uri, "32M", &extra, daemon.dir.path());
     daemon.kill();
     daemon.restart();
@@ -129,7 +115,7 @@ fn thin_drive_compresses_maps_holes_and_keeps_flushed_data() {
         let seed = format!("--randseed={seed}");
         let offset = format!("--offset={offset}");
         let mut extra = vec![seed.as_str(), offset.as_str(), "--verify_only"];
-        extra.extend(compressible);
+        extra.extend(COMPRESSIBLE);
         fio_verify(&uri, size, &extra, daemon.dir.path());
     }
     let events = daemon.ok(&["events"]);
@@ -316,32 +302,51 @@ fn flip_data_bits(path: &str, count: usize, seed: u64) -> usize {
     flipped
 }
 
+/// fio's options for 2:1 compressible data.
+const COMPRESSIBLE: [&str; 3] = [
+    "--buffer_compress_percentage=50",
+    "--buffer_compress_chunk=4k",
+    "--refill_buffers",
+];
+
+/// A RAID5 over four 64 MiB file drives holding a 256 MiB thin drive `name` (`vd create` given
+/// `vd_args` too) whose first 64 MiB fio wrote with `seed` and verified. Returns the drive's
+/// URI and the file of member `member`.
+fn thin_drive_with_64m_written(
+    daemon: &Daemon,
+    name: &str,
+    vd_args: &[&str],
+    seed: &str,
+    member: usize,
+) -> (String, String) {
+    let ids = daemon.add_file_drives(4, 64 << 20);
+    let mut args = vec!["dg", "create", "--level", "5", "--chunk", "64K"];
+    args.extend(ids.iter().map(String::as_str));
+    daemon.ok(&args);
+    let mut args = vec![
+        "vd", "create", "0", "--size", "256M", "--name", name, "--thin",
+    ];
+    args.extend(vd_args);
+    daemon.ok(&args);
+    let uri = daemon.uri(name);
+    let mut extra = vec![seed, "--end_fsync=1"];
+    extra.extend(COMPRESSIBLE);
+    fio_verify(&uri, "64M", &extra, daemon.dir.path());
+    let view = daemon.json(&["pd", "describe", &ids[member]]);
+    let path = view["path"].as_str().expect("member path").to_string();
+    (uri, path)
+}
+
 #[test]
 fn bit_flips_on_a_member_are_found_by_scrub_and_repaired_from_parity() {
     if !have("fio") {
         return;
     }
     let daemon = Daemon::start();
-    let ids = daemon.add_file_drives(4, 64 << 20);
-    let mut args = vec!["dg", "create", "--level", "5", "--chunk", "64K"];
-    args.extend(ids.iter().map(String::as_str));
-    daemon.ok(&args);
-    daemon.ok(&[
-        "vd", "create", "0", "--size", "256M", "--name", "flip", "--thin",
-    ]);
-    let uri = daemon.uri("flip");
-    let compressible = [
-        "--buffer_compress_percentage=50",
-        "--buffer_compress_chunk=4k",
-        "--refill_buffers",
-    ];
-    let mut extra = vec!["--randseed=31", "--end_fsync=1"];
-    extra.extend(compressible);
-    fio_verify(&uri, "64M", &extra, daemon.dir.path());
+    let (uri, path) = thin_drive_with_64m_written(&daemon, "flip", &[], "--randseed=31", 0);
+    let path = path.as_str();
 
     // Silent corruption on one member: every flipped block still has its parity intact.
-    let member = daemon.json(&["pd", "describe", &ids[0]]);
-    let path = member["path"].as_str().expect("member path");
     assert_eq!(flip_data_bits(path, 64, 0x5eed), 64);
 
     // A scrub reads every live block: the flipped ones fail their checksum and are repaired.
@@ -360,7 +365,7 @@ fn bit_flips_on_a_member_are_found_by_scrub_and_repaired_from_parity() {
     assert_eq!(number(&scrubbed["checksum_errors_repaired"]), found);
 
     let mut extra = vec!["--randseed=31", "--verify_only"];
-    extra.extend(compressible);
+    extra.extend(COMPRESSIBLE);
     fio_verify(&uri, "64M", &extra, daemon.dir.path());
     let after = stats(&daemon, "flip");
     assert_eq!(
@@ -421,38 +426,13 @@ fn bit_flips_under_a_running_workload_are_repaired_and_reads_stay_right() {
         return;
     }
     let daemon = Daemon::start();
-    let ids = daemon.add_file_drives(4, 64 << 20);
-    let mut args = vec!["dg", "create", "--level", "5", "--chunk", "64K"];
-    args.extend(ids.iter().map(String::as_str));
-    daemon.ok(&args);
     // Two connections write at once (the verifying readers connect as writers too).
-    daemon.ok(&[
-        "vd",
-        "create",
-        "0",
-        "--size",
-        "256M",
-        "--name",
-        "live",
-        "--thin",
-        "--multi-conn",
-    ]);
-    let uri = daemon.uri("live");
-    let compressible = [
-        "--buffer_compress_percentage=50",
-        "--buffer_compress_chunk=4k",
-        "--refill_buffers",
-    ];
-    // The first 64 MiB, written once: what the readers check below.
-    let mut extra = vec!["--randseed=41", "--end_fsync=1"];
-    extra.extend(compressible);
-    fio_verify(&uri, "64M", &extra, daemon.dir.path());
+    let (uri, path) =
+        thin_drive_with_64m_written(&daemon, "live", &["--multi-conn"], "--randseed=41", 1);
 
     // Bits flip on one member: 16 blocks at once (a quarter of a member's blocks are parity,
     // which reads do not check, so some surely hit data), then a few every 20 ms for as long
     // as the workload runs.
-    let member = daemon.json(&["pd", "describe", &ids[1]]);
-    let path = member["path"].as_str().expect("member path").to_string();
     assert_eq!(flip_data_bits(&path, 16, 0x5eed_f11b), 16);
     let stop = Arc::new(AtomicBool::new(false));
     let flipper = {
@@ -491,7 +471,7 @@ fn bit_flips_under_a_running_workload_are_repaired_and_reads_stay_right() {
         "--verify_backlog=256",
         "--do_verify=1",
     ];
-    workload.extend(compressible);
+    workload.extend(COMPRESSIBLE);
     let (ok, text) = fio_jobs(&uri, &workload);
     stop.store(true, Ordering::Relaxed);
     let flipped = 16 + flipper.join().expect("flipper");
