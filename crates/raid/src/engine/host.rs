@@ -13,9 +13,8 @@ use crate::geometry::SECTOR_BYTES;
 use crate::plan::ChunkRange;
 use tessera_buffer::BufferSlice;
 
-/// How many times the coalescing window a sequential partial-stripe write waits for its
-/// partner at least while the journal is on, and at most when host writes are slow (see
-/// `gather_window_us`).
+/// How many coalescing windows a stream's partial-stripe write waits for its partner while
+/// the journal is on: at least (fast writes), and at most (slow ones); see `gather_window_us`.
 const JOURNALED_WINDOW_FACTOR: u64 = 10;
 const JOURNALED_WINDOW_FACTOR_MAX: u64 = 50;
 
@@ -266,22 +265,18 @@ impl Engine {
         }
         // With the journal on, a partial-stripe write costs a journal entry with its contents
         // (and a later write to the stripe waits for it), where a full stripe costs none: the
-        // partner is worth a longer wait. Without that, a stream slowed by its entries saw its
-        // partners come too late, went out in halves and slowed further (degraded 128 KiB
-        // sequential writes through ublk in the test VM: 281 of 1,968 writes full-stripe).
-        // Only behind a write still in flight, which is a stream: a client that waited for
-        // the write this one continues (a log written and synced in turn beside other I/O)
-        // keeps the short window.
+        // partner is worth a longer wait, but only behind a write still in flight, which is a
+        // stream (a client that waited for the write this one continues, such as a log
+        // written and synced in turn beside other I/O, keeps the short window). The partner
+        // comes when the client refills its queue, as its writes are answered: in an emulated
+        // guest, degraded 128 KiB journaled writes took ~40 ms each and one stripe in seven
+        // went out in halves with a fixed 2 ms wait, none with 10 ms. So the wait follows the
+        // average write latency, between 10 and 50 windows: a fast drive keeps the short
+        // wait, and a slow one, whose writes take longer than the wait, pays it only at the
+        // end of a stream.
         let stream = self
             .last_write
             .is_some_and(|(previous, id)| self.requests.get(previous).is_some_and(|r| r.id == id));
-        // How soon the partner comes depends on the client refilling its queue, which takes
-        // as long as its writes take to be answered: in an emulated guest, degraded 128 KiB
-        // journaled writes took ~40 ms each and partners came 2-10 ms after their halves (one
-        // stripe in seven went out in halves with a fixed 2 ms wait, none with 10 ms). So the
-        // wait follows the average write latency, between 10 and 50 windows: a fast drive
-        // keeps the short wait, and a slow one, whose writes take longer than the wait, pays
-        // it only at the end of a stream.
         let base_us = self.config.coalesce_window_us;
         if stream && self.journal.active {
             self.write_latency_average_us.clamp(
