@@ -142,7 +142,7 @@ impl Device {
                 .map_err(|e| format!("{}: {e}", self.path))?,
             Handle::Remote(remote) => {
                 // SAFETY: the pool outlives the wait, which takes the completion first.
-                unsafe { remote.submit_write(0, offset_bytes, pointer, data.len() as u32) };
+                unsafe { remote.submit_write(0, offset_bytes, pointer, data.len() as u32, false) };
                 let result = wait_remote(remote).map_err(|e| format!("{}: {e}", self.path))?;
                 if result < 0 {
                     return Err(format!(

@@ -112,6 +112,9 @@ pub enum Operation {
         buffer: *const u8,
         /// How much.
         len_bytes: u32,
+        /// Written with `RWF_DSYNC` (FUA): it completes only once these bytes are durable,
+        /// without making the member's other completed writes durable.
+        fua: bool,
     },
     /// `fdatasync`: the member's durability barrier. Writes that completed before it was
     /// submitted are durable when it completes; writes still in flight are not covered.

@@ -181,7 +181,13 @@ impl SyncMember for MemberDevice {
             let piece = (data.len() - done).min(1 << 30) as u32;
             // SAFETY: the source is the unwritten tail of `data`.
             let result = unsafe {
-                sys::pwrite(fd, data[done..].as_ptr(), piece, offset_bytes + done as u64)
+                sys::pwrite(
+                    fd,
+                    data[done..].as_ptr(),
+                    piece,
+                    offset_bytes + done as u64,
+                    false,
+                )
             };
             match result {
                 0 => break,

@@ -59,6 +59,21 @@ struct Pending {
     offset_bytes: u64,
     buffer: RawBuffer,
     len_bytes: u32,
+    durable: Durable,
+}
+
+/// How a write is made durable before it completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Durable {
+    /// It is not: an ordinary write (or not a write).
+    No,
+    /// `NBD_CMD_FLAG_FUA` on the write.
+    Fua,
+    /// The server has a cache but no FUA: an NBD_CMD_FLUSH is sent once the write is
+    /// answered, and the write completes (with its byte count) when the flush does.
+    FlushAfter,
+    /// The flush sent for a `FlushAfter` write: completes with that write's byte count.
+    FlushFor { written_bytes: u32 },
 }
 
 /// A request the sender has numbered and is about to send: the receiver's to track.
@@ -399,11 +414,13 @@ impl RemoteMember {
             offset_bytes,
             buffer: RawBuffer(buffer),
             len_bytes,
+            durable: Durable::No,
         });
     }
 
     /// Queues a write of `len_bytes` from `buffer` at `offset_bytes`; completes with
-    /// `len_bytes` or a negative errno.
+    /// `len_bytes` or a negative errno. With `fua`, it completes only once the written
+    /// bytes are durable (FUA, or a flush after it where the server has no FUA).
     ///
     /// # Safety
     ///
@@ -415,13 +432,24 @@ impl RemoteMember {
         offset_bytes: u64,
         buffer: *const u8,
         len_bytes: u32,
+        fua: bool,
     ) {
+        let flags = self.details.transmission_flags;
+        let durable = if !fua || !flags.contains(TransmissionFlags::SEND_FLUSH) {
+            // A server without flush has no volatile cache: every answered write is durable.
+            Durable::No
+        } else if flags.contains(TransmissionFlags::SEND_FUA) {
+            Durable::Fua
+        } else {
+            Durable::FlushAfter
+        };
         self.submit(Pending {
             token,
             command: Command::Write,
             offset_bytes,
             buffer: RawBuffer(buffer as *mut u8),
             len_bytes,
+            durable,
         });
     }
 
@@ -443,6 +471,7 @@ impl RemoteMember {
             offset_bytes: 0,
             buffer: RawBuffer(std::ptr::null_mut()),
             len_bytes: 0,
+            durable: Durable::No,
         });
     }
 
@@ -557,7 +586,11 @@ fn send_loop(shared: &Shared, socket: &Socket) {
         headers.clear();
         for (index, pending) in batch.iter().enumerate() {
             let request = Request {
-                flags: CommandFlags::NONE,
+                flags: if pending.durable == Durable::Fua {
+                    CommandFlags::FUA
+                } else {
+                    CommandFlags::NONE
+                },
                 command: pending.command,
                 cookie: first_cookie + index as u64,
                 offset_bytes: pending.offset_bytes,
@@ -606,6 +639,8 @@ fn receive_loop(shared: &Shared, socket: &Socket, structured_replies: bool, left
     buffer[..leftover.len()].copy_from_slice(&leftover);
     let mut end = leftover.len();
     let mut completions: Vec<Completion> = Vec::new();
+    // Flushes owed to writes answered in this pass (`Durable::FlushAfter`).
+    let mut follow_ups: Vec<Pending> = Vec::new();
     let reason = loop {
         if end == 0 {
             match socket.read(&mut buffer) {
@@ -627,12 +662,33 @@ fn receive_loop(shared: &Shared, socket: &Socket, structured_replies: bool, left
             );
             table.insert(registration.cookie, registration.pending);
         }
-        match decode_all(&mut decoder, &mut table, &buffer[..end], &mut completions) {
-            Ok(()) => {}
-            Err(reason) => break reason,
+        let decoded = decode_all(
+            &mut decoder,
+            &mut table,
+            &buffer[..end],
+            &mut completions,
+            &mut follow_ups,
+        );
+        if let Err(reason) = decoded {
+            break reason;
         }
         end = 0;
         shared.post(&mut completions);
+        if !follow_ups.is_empty() {
+            let mut state = shared.state();
+            if state.gone.is_none() {
+                state.queue.extend(follow_ups.drain(..));
+                drop(state);
+                shared.work.notify_one();
+            } else {
+                drop(state);
+                completions.extend(follow_ups.drain(..).map(|pending| Completion {
+                    token: pending.token,
+                    result: -GONE_ERRNO,
+                }));
+                shared.post(&mut completions);
+            }
+        }
     };
     shared.post(&mut completions);
     let registrations = shared.set_gone(reason);
@@ -659,6 +715,7 @@ fn decode_all(
     table: &mut HashMap<u64, Pending>,
     input: &[u8],
     completions: &mut Vec<Completion>,
+    follow_ups: &mut Vec<Pending>,
 ) -> Result<(), String> {
     let mut start = 0;
     loop {
@@ -714,9 +771,23 @@ fn decode_all(
             ReplyEvent::BlockStatus { .. } => return Err("unrequested block status".into()),
             ReplyEvent::Complete { cookie, result } => {
                 let pending = table.remove(&cookie).expect("the decoder knows the cookie");
-                let result = match result {
-                    Ok(()) => pending.len_bytes as i32,
-                    Err(error) => -(Errno::from_u32(error.errno).to_u32() as i32),
+                if pending.durable == Durable::FlushAfter && result.is_ok() {
+                    follow_ups.push(Pending {
+                        token: pending.token,
+                        command: Command::Flush,
+                        offset_bytes: 0,
+                        buffer: RawBuffer(std::ptr::null_mut()),
+                        len_bytes: 0,
+                        durable: Durable::FlushFor {
+                            written_bytes: pending.len_bytes,
+                        },
+                    });
+                    continue;
+                }
+                let result = match (result, pending.durable) {
+                    (Ok(()), Durable::FlushFor { written_bytes }) => written_bytes as i32,
+                    (Ok(()), _) => pending.len_bytes as i32,
+                    (Err(error), _) => -(Errno::from_u32(error.errno).to_u32() as i32),
                 };
                 completions.push(Completion {
                     token: pending.token,

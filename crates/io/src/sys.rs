@@ -39,7 +39,7 @@ pub(crate) unsafe fn pread(fd: RawFd, buffer: *mut u8, len_bytes: u32, offset_by
     })
 }
 
-/// `pwrite(fd, buffer, len_bytes, offset_bytes)`.
+/// `pwrite(fd, buffer, len_bytes, offset_bytes)`, with `RWF_DSYNC` when `fua`.
 ///
 /// # Safety
 ///
@@ -49,17 +49,17 @@ pub(crate) unsafe fn pwrite(
     buffer: *const u8,
     len_bytes: u32,
     offset_bytes: u64,
+    fua: bool,
 ) -> i32 {
+    let iovec = libc::iovec {
+        iov_base: buffer as *mut libc::c_void,
+        iov_len: len_bytes as usize,
+    };
+    let flags = if fua { libc::RWF_DSYNC } else { 0 };
     retry(|| {
-        // SAFETY: the caller guarantees the source range; the kernel checks `fd`.
-        unsafe {
-            libc::pwrite(
-                fd,
-                buffer.cast(),
-                len_bytes as usize,
-                offset_bytes as libc::off_t,
-            )
-        }
+        // SAFETY: the caller guarantees the source range the iovec names; the kernel checks
+        // `fd`.
+        unsafe { libc::pwritev2(fd, &iovec, 1, offset_bytes as libc::off_t, flags) }
     })
 }
 
@@ -143,9 +143,10 @@ pub(crate) unsafe fn run_file_operation(operation: &Operation) -> Option<i32> {
             offset_bytes,
             buffer,
             len_bytes,
+            fua,
         } => {
             // SAFETY: the caller guarantees the source.
-            unsafe { pwrite(fd, buffer, len_bytes, offset_bytes) }
+            unsafe { pwrite(fd, buffer, len_bytes, offset_bytes, fua) }
         }
         Operation::Fsync { fd } => fdatasync(fd),
         Operation::Recv { .. }

@@ -334,14 +334,20 @@ impl UringDriver {
                 offset_bytes,
                 buffer,
                 len_bytes,
-            } => match self.fixed_buffer(buffer as usize, len_bytes) {
-                Some(index) => opcode::WriteFixed::new(Fd(fd), buffer, len_bytes, index)
-                    .offset(offset_bytes)
-                    .build(),
-                None => opcode::Write::new(Fd(fd), buffer, len_bytes)
-                    .offset(offset_bytes)
-                    .build(),
-            },
+                fua,
+            } => {
+                let rw_flags = if fua { libc::RWF_DSYNC } else { 0 };
+                match self.fixed_buffer(buffer as usize, len_bytes) {
+                    Some(index) => opcode::WriteFixed::new(Fd(fd), buffer, len_bytes, index)
+                        .offset(offset_bytes)
+                        .rw_flags(rw_flags)
+                        .build(),
+                    None => opcode::Write::new(Fd(fd), buffer, len_bytes)
+                        .offset(offset_bytes)
+                        .rw_flags(rw_flags)
+                        .build(),
+                }
+            }
             Operation::Fsync { fd } => opcode::Fsync::new(Fd(fd))
                 .flags(FsyncFlags::DATASYNC)
                 .build(),

@@ -27,7 +27,7 @@ fn open_file(path: &Path, direct: bool) -> File {
         .unwrap()
 }
 
-/// Writes random data at random places through the driver, fsyncs, reads everything back
+/// Writes random data at random places through the driver (some with FUA), fsyncs, reads everything back
 /// through the driver, and checks both against the model and against the file's contents.
 fn round_trip(driver: &mut AnyDriver, path: &Path, direct: bool, seed: u64, inline: bool) {
     let file = open_file(path, direct);
@@ -53,6 +53,8 @@ fn round_trip(driver: &mut AnyDriver, path: &Path, direct: bool, seed: u64, inli
         rng.fill(buffer.as_mut_slice());
         for (index, &(offset, len)) in extents.iter().enumerate() {
             let source = buffer.as_mut_ptr().wrapping_add(offset);
+            // Some writes go with RWF_DSYNC (FUA): the same bytes must land.
+            let fua = rng.below(4) == 0;
             // SAFETY: `buffer` outlives the completions collected below and is not touched
             // until then.
             unsafe {
@@ -63,6 +65,7 @@ fn round_trip(driver: &mut AnyDriver, path: &Path, direct: bool, seed: u64, inli
                         offset_bytes: offset as u64,
                         buffer: source,
                         len_bytes: len as u32,
+                        fua,
                     },
                 );
             }
@@ -146,6 +149,7 @@ fn thousands_in_flight_all_complete_once() {
                         offset_bytes: (index % 256 * 4096) as u64,
                         buffer: buffer.as_mut_ptr().wrapping_add(index * 4096),
                         len_bytes: 4096,
+                        fua: false,
                     },
                 );
             }
@@ -288,6 +292,7 @@ fn registered_buffers_are_used_for_reads_and_writes_inside_the_arena() {
                     offset_bytes: 0,
                     buffer: arena.as_mut_ptr(),
                     len_bytes: 65536,
+                    fua: false,
                 },
             );
             driver.submit(
@@ -297,6 +302,7 @@ fn registered_buffers_are_used_for_reads_and_writes_inside_the_arena() {
                     offset_bytes: 65536,
                     buffer: outside.as_mut_ptr(),
                     len_bytes: 65536,
+                    fua: false,
                 },
             );
         }
@@ -401,6 +407,7 @@ fn errors_come_back_as_negative_errno() {
                     offset_bytes: 0,
                     buffer: buffer.as_ptr(),
                     len_bytes: 16,
+                    fua: false,
                 },
             );
         }

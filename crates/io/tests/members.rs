@@ -223,6 +223,7 @@ fn check_loop_device(sector_bytes: u32) {
                         offset_bytes: offset,
                         buffer: source,
                         len_bytes: len as u32,
+                        fua: false,
                     },
                 );
             }

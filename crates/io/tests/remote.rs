@@ -12,6 +12,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -94,9 +95,10 @@ fn extents(rng: &mut Rng, disk_bytes: usize) -> Vec<(usize, usize)> {
     extents
 }
 
-/// Writes extents with everything in flight, flushes, reads them back with everything in
-/// flight; returns the model of the disk.
-fn round_trip(remote: &RemoteMember, event_loop: &mut Loop, seed: u64) -> Vec<u8> {
+/// Writes extents with everything in flight (every third one durable on completion),
+/// flushes, reads them back with everything in flight; returns the model of the disk and how
+/// many writes asked to be durable.
+fn round_trip(remote: &RemoteMember, event_loop: &mut Loop, seed: u64) -> (Vec<u8>, u64) {
     let mut rng = Rng::new(seed);
     let mut model = vec![0u8; remote.size_bytes() as usize];
     let mut source = AlignedBuffer::new(model.len());
@@ -110,6 +112,7 @@ fn round_trip(remote: &RemoteMember, event_loop: &mut Loop, seed: u64) -> Vec<u8
                 offset as u64,
                 source.as_mut_ptr().wrapping_add(offset),
                 len as u32,
+                token % 3 == 0,
             )
         };
         model[offset..offset + len].copy_from_slice(&source.as_slice()[offset..offset + len]);
@@ -162,7 +165,7 @@ fn round_trip(remote: &RemoteMember, event_loop: &mut Loop, seed: u64) -> Vec<u8
             model[first]
         );
     }
-    model
+    (model, extents.len().div_ceil(3) as u64)
 }
 
 #[test]
@@ -171,7 +174,12 @@ fn round_trip_against_the_test_server_over_unix_and_tcp() {
     let names = ["unix-uring", "unix-poll", "tcp-uring", "tcp-poll"];
     let exports = names
         .iter()
-        .map(|name| ExportInfo::new(*name, DISK_BYTES as u64))
+        .map(|name| {
+            let mut info = ExportInfo::new(*name, DISK_BYTES as u64);
+            // Over TCP the server has a cache but no FUA: durable writes need a flush after.
+            info.features.fua = !name.starts_with("tcp");
+            info
+        })
         .collect();
     let server = TestServer::start(exports).unwrap();
     for (case, name) in names.iter().enumerate() {
@@ -184,12 +192,23 @@ fn round_trip_against_the_test_server_over_unix_and_tcp() {
         let remote = RemoteMember::connect(&uri).unwrap();
         assert_eq!(remote.size_bytes(), DISK_BYTES as u64);
         let mut event_loop = Loop::new(driver);
-        let model = round_trip(&remote, &mut event_loop, 100 + case as u64);
+        let (model, durable_writes) = round_trip(&remote, &mut event_loop, 100 + case as u64);
         let disk = server.disk(name);
         assert!(
             *disk.lock().unwrap() == model,
             "{name}: the server's memory differs from the model"
         );
+        let seen = server.durability(name);
+        let (fua_writes, flushes) = (
+            seen.fua_writes.load(Ordering::Relaxed),
+            seen.flushes.load(Ordering::Relaxed),
+        );
+        // `round_trip` sends one flush of its own after the writes.
+        if name.starts_with("tcp") {
+            assert_eq!((fua_writes, flushes), (0, durable_writes + 1), "{name}");
+        } else {
+            assert_eq!((fua_writes, flushes), (durable_writes, 1), "{name}");
+        }
         assert_eq!(remote.gone_reason(), None);
     }
 }
@@ -204,7 +223,7 @@ fn bad_requests_are_refused_locally_or_by_the_server() {
     // SAFETY: `buffer` outlives the completions.
     unsafe {
         remote.submit_read(1, (1 << 20) - 4096, buffer.as_mut_ptr(), 8192);
-        remote.submit_write(2, u64::MAX - 10, buffer.as_ptr(), 512);
+        remote.submit_write(2, u64::MAX - 10, buffer.as_ptr(), 512, false);
         remote.submit_read(3, 0, buffer.as_mut_ptr(), 0);
         // Not a multiple of the export's 512-byte minimum block: the server refuses it.
         remote.submit_read(4, 3, buffer.as_mut_ptr(), 100);

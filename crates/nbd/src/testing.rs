@@ -34,6 +34,17 @@ pub struct MemoryExport {
     pub info: ExportInfo,
     /// The contents; shared by every connection.
     pub disk: Arc<Mutex<Vec<u8>>>,
+    /// Durability requests seen, over every connection.
+    pub durability: Arc<DurabilityCounts>,
+}
+
+/// What a test server saw of durability, so a client's FUA and flush use can be checked.
+#[derive(Debug, Default)]
+pub struct DurabilityCounts {
+    /// Writes carrying `NBD_CMD_FLAG_FUA`.
+    pub fua_writes: AtomicU64,
+    /// `NBD_CMD_FLUSH` requests.
+    pub flushes: AtomicU64,
 }
 
 /// A catalog of in-memory exports; the first one is the default export.
@@ -51,6 +62,7 @@ impl MemoryCatalog {
                 MemoryExport {
                     info,
                     disk: Arc::new(Mutex::new(vec![0u8; size])),
+                    durability: Arc::default(),
                 }
             })
             .collect();
@@ -207,6 +219,18 @@ impl TestServer {
                 .find(export_name)
                 .expect("export exists")
                 .disk,
+        )
+    }
+
+    /// The FUA writes and flushes an export has seen.
+    pub fn durability(&self, export_name: &str) -> Arc<DurabilityCounts> {
+        Arc::clone(
+            &self
+                .shared
+                .catalog
+                .find(export_name)
+                .expect("export exists")
+                .durability,
         )
     }
 
@@ -446,6 +470,9 @@ fn execute<S: Read + Write>(
             export.disk.lock().expect("not poisoned")[start..end]
                 .copy_from_slice(&input.available()[..request.length_bytes as usize]);
             input.consume(request.length_bytes as usize);
+            if request.flags.contains(CommandFlags::FUA) {
+                export.durability.fua_writes.fetch_add(1, Ordering::Relaxed);
+            }
         }
         Command::Trim | Command::WriteZeroes => {
             export.disk.lock().expect("not poisoned")[start..end].fill(0);
@@ -470,7 +497,10 @@ fn execute<S: Read + Write>(
             input.stream.write_all(output)?;
             return Ok(true);
         }
-        Command::Flush | Command::Cache => {}
+        Command::Flush => {
+            export.durability.flushes.fetch_add(1, Ordering::Relaxed);
+        }
+        Command::Cache => {}
         Command::Disc | Command::Unknown(_) => {
             unreachable!("handled by the caller and the validator")
         }

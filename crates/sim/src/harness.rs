@@ -241,9 +241,11 @@ impl Harness {
                                 Ok(())
                             }
                         }
+                        // Every write is durable here: the harness has no power cuts.
                         MemberOp::Write {
                             offset_bytes,
                             buffer,
+                            ..
                         } => {
                             let start = offset_bytes as usize;
                             let data = self.engine.pool().bytes(buffer);

@@ -70,7 +70,9 @@ impl SimMember {
         Ok(())
     }
 
-    pub fn write(&mut self, offset_bytes: u64, data: &[u8]) -> Result<(), MemberError> {
+    /// A write; with `fua` it is durable on completion, and no older unflushed write can
+    /// later bring back what it replaced (a drive's cache holds only the newest data).
+    pub fn write(&mut self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), MemberError> {
         self.check_range(offset_bytes, data.len());
         if self.gone {
             return Err(MemberError::Gone);
@@ -87,11 +89,28 @@ impl SimMember {
             self.latent_errors.remove(&sector);
         }
         self.completed_writes += 1;
-        self.pending.push(Pending {
-            sequence: self.completed_writes,
-            offset_bytes,
-            data: data.to_vec(),
-        });
+        if fua {
+            self.durable[start..start + data.len()].copy_from_slice(data);
+            let end_bytes = offset_bytes + data.len() as u64;
+            for older in &mut self.pending {
+                let older_end = older.offset_bytes + older.data.len() as u64;
+                let (from, to) = (
+                    offset_bytes.max(older.offset_bytes),
+                    end_bytes.min(older_end),
+                );
+                if from < to {
+                    let (a, b) = ((from - offset_bytes) as usize, (to - offset_bytes) as usize);
+                    let at = (from - older.offset_bytes) as usize;
+                    older.data[at..at + (b - a)].copy_from_slice(&data[a..b]);
+                }
+            }
+        } else {
+            self.pending.push(Pending {
+                sequence: self.completed_writes,
+                offset_bytes,
+                data: data.to_vec(),
+            });
+        }
         Ok(())
     }
 
@@ -170,9 +189,9 @@ mod tests {
     #[test]
     fn flush_makes_completed_writes_durable() {
         let mut member = SimMember::new(8192);
-        member.write(0, &[1; 512]).unwrap();
+        member.write(0, &[1; 512], false).unwrap();
         let point = member.flush_point();
-        member.write(512, &[2; 512]).unwrap();
+        member.write(512, &[2; 512], false).unwrap();
         member.flush(point).unwrap();
         assert_eq!(member.durable_contents()[0], 1);
         assert_eq!(
@@ -191,7 +210,7 @@ mod tests {
         member.latent_errors.insert(3);
         let mut out = [0u8; 1024];
         assert_eq!(member.read(1024, &mut out), Err(MemberError::Io));
-        member.write(1536, &[5; 512]).unwrap();
+        member.write(1536, &[5; 512], false).unwrap();
         assert!(member.read(1024, &mut out).is_ok());
     }
 
@@ -199,12 +218,31 @@ mod tests {
     fn crash_keeps_durable_and_some_of_the_rest() {
         let mut rng = Rng::new(1);
         let mut member = SimMember::new(4096);
-        member.write(0, &[1; 512]).unwrap();
+        member.write(0, &[1; 512], false).unwrap();
         member.flush(member.flush_point()).unwrap();
-        member.write(0, &[2; 512]).unwrap();
+        member.write(0, &[2; 512], false).unwrap();
         member.crash(&mut rng, Vec::new());
         let mut out = [0u8; 512];
         member.read(0, &mut out).unwrap();
         assert!(out[0] == 1 || out[0] == 2);
+    }
+
+    #[test]
+    fn a_fua_write_survives_any_crash_and_older_writes_cannot_undo_it() {
+        for seed in 0..64 {
+            let mut rng = Rng::new(seed);
+            let mut member = SimMember::new(4096);
+            // Unflushed, overlapping the FUA write's first sector and the sector after it.
+            member.write(0, &[1; 1024], false).unwrap();
+            member.write(512, &[2; 512], true).unwrap();
+            member.write(1024, &[3; 512], false).unwrap();
+            assert!(member.durable_contents()[512..1024].iter().all(|&b| b == 2));
+            member.crash(&mut rng, Vec::new());
+            let mut out = [0u8; 1536];
+            member.read(0, &mut out).unwrap();
+            assert!(out[..512].iter().all(|&b| b == 0 || b == 1), "seed {seed}");
+            assert!(out[512..1024].iter().all(|&b| b == 2), "seed {seed}");
+            assert!(out[1024..].iter().all(|&b| b == 0 || b == 3), "seed {seed}");
+        }
     }
 }

@@ -784,6 +784,7 @@ impl World {
                 MemberOp::Write {
                     offset_bytes,
                     buffer,
+                    ..
                 } => (offset_bytes, buffer.len() as u64, "write"),
                 MemberOp::Flush => (0, 0, "flush"),
             };
@@ -810,8 +811,9 @@ impl World {
             MemberOp::Write {
                 offset_bytes,
                 buffer,
+                fua,
             } => {
-                let result = member.write(offset_bytes, engine.pool().bytes(buffer));
+                let result = member.write(offset_bytes, engine.pool().bytes(buffer), fua);
                 if result.is_ok() {
                     for (copy, &offset) in SUPERBLOCK_OFFSETS.iter().enumerate() {
                         if offset == offset_bytes {
@@ -1288,6 +1290,7 @@ impl World {
             if let MemberOp::Write {
                 offset_bytes,
                 buffer,
+                ..
             } = command.op
             {
                 in_flight[*device].push((offset_bytes, engine.pool().bytes(buffer).to_vec()));

@@ -112,6 +112,7 @@ fn run_until_stuck(
             MemberOp::Write {
                 offset_bytes,
                 buffer,
+                ..
             } => {
                 let target = if offset_bytes >= data_offset {
                     Target::Data
@@ -360,7 +361,8 @@ fn a_crash_during_replay_replays_again() {
 type Caches = Vec<Vec<(usize, Vec<u8>)>>;
 
 /// Carries out the engine's commands with volatile member caches: a write is acknowledged at
-/// once but reaches the member image only with the member's next flush; reads see the cache.
+/// once but reaches the member image only with the member's next flush (a FUA write at once);
+/// reads see the cache.
 fn run_with_caches(h: &mut Harness, caches: &mut Caches) {
     caches.resize(h.members.len(), Vec::new());
     while let Some(command) = h.engine.poll() {
@@ -386,9 +388,24 @@ fn run_with_caches(h: &mut Harness, caches: &mut Caches) {
             MemberOp::Write {
                 offset_bytes,
                 buffer,
+                fua,
             } => {
                 let data = h.engine.pool().bytes(buffer).to_vec();
-                caches[member].push((offset_bytes as usize, data));
+                let start = offset_bytes as usize;
+                if fua {
+                    // Straight to the media, and cached older data there is replaced.
+                    let end = start + data.len();
+                    h.members[member][start..end].copy_from_slice(&data);
+                    for (at, cached) in &mut caches[member] {
+                        let (from, to) = (start.max(*at), end.min(*at + cached.len()));
+                        if from < to {
+                            cached[from - *at..to - *at]
+                                .copy_from_slice(&data[from - start..to - start]);
+                        }
+                    }
+                } else {
+                    caches[member].push((start, data));
+                }
             }
             MemberOp::Flush => {
                 for (at, data) in std::mem::take(&mut caches[member]) {

@@ -261,7 +261,10 @@ impl DataPlane {
                     MemberOp::Write {
                         offset_bytes,
                         buffer,
-                    } => member.write_at(offset_bytes, pool.bytes(buffer)),
+                        fua,
+                    } => member
+                        .write_at(offset_bytes, pool.bytes(buffer))
+                        .and_then(|()| if fua { member.flush() } else { Ok(()) }),
                     MemberOp::Flush => member.flush(),
                 };
                 self.immediate
@@ -292,6 +295,7 @@ impl DataPlane {
                     MemberOp::Write {
                         offset_bytes,
                         buffer,
+                        fua,
                     } => {
                         let pointer = pool.as_mut_ptr(buffer);
                         let fd = member.fd_for(offset_bytes, buffer.len_bytes, pointer);
@@ -300,6 +304,7 @@ impl DataPlane {
                             offset_bytes,
                             buffer: pointer,
                             len_bytes: buffer.len_bytes,
+                            fua,
                         };
                         // SAFETY: as for reads; the engine does not modify a buffer in flight.
                         unsafe { self.driver.submit(token, operation) };
@@ -326,11 +331,12 @@ impl DataPlane {
                     MemberOp::Write {
                         offset_bytes,
                         buffer,
+                        fua,
                     } => {
                         let pointer = pool.as_mut_ptr(buffer);
                         // SAFETY: as for reads.
                         unsafe {
-                            remote.submit_write(token, offset_bytes, pointer, buffer.len_bytes)
+                            remote.submit_write(token, offset_bytes, pointer, buffer.len_bytes, fua)
                         };
                     }
                     MemberOp::Flush => remote.submit_flush(token),

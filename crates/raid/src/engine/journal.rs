@@ -93,7 +93,7 @@ struct OpenEntry {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum BatchStage {
-    /// Copies being written and flushed.
+    /// Copies being written (FUA).
     Committing,
     /// Durable; the ops' in-place writes are under way.
     Durable,
@@ -107,7 +107,7 @@ struct BatchState {
     ops: Vec<OpId>,
     ops_left: u32,
     buffer: Option<BufferId>,
-    /// Copy I/O outstanding (each copy: a write, then a flush).
+    /// Copy writes outstanding (each a FUA write).
     pending_io: u32,
     copies_ok: u32,
     carried_retired_below: u64,
@@ -814,11 +814,9 @@ impl Engine {
                 MemberOp::Write {
                     offset_bytes,
                     buffer: slice,
+                    fua: true,
                 },
-                Owner::Journal {
-                    sequence,
-                    flush: false,
-                },
+                Owner::Journal { sequence },
             );
         }
     }
@@ -867,32 +865,24 @@ impl Engine {
             .retain(|_, &mut newest| newest >= floor);
     }
 
-    /// Completion of a batch copy's write or flush.
+    /// Completion of a batch copy's FUA write: one durable copy, or none if it failed or its
+    /// member failed meanwhile (replay would not read it). A FUA write rather than a write
+    /// and a flush: one round trip to the device instead of two, and a flush would also wait
+    /// for the member's in-place writes, which the batch does not need.
     pub(super) fn journal_io_done(
         &mut self,
         sequence: u64,
-        flush: bool,
         member: usize,
         result: Result<(), MemberError>,
     ) {
-        if !flush && result.is_ok() && !self.members.list[member].is_failed() {
-            self.issue(
-                member,
-                MemberOp::Flush,
-                Owner::Journal {
-                    sequence,
-                    flush: true,
-                },
-            );
-            return;
-        }
+        let failed = self.members.list[member].is_failed();
         let batch = self
             .journal
             .batches
             .get_mut(&sequence)
             .expect("batch in flight");
         batch.pending_io -= 1;
-        if flush && result.is_ok() {
+        if result.is_ok() && !failed {
             batch.copies_ok += 1;
         }
         if batch.pending_io > 0 {
@@ -915,7 +905,7 @@ impl Engine {
         self.batch_durable(sequence);
     }
 
-    /// Every copy of a batch is written and flushed (or its member failed, which the group's
+    /// Every copy of a batch is written with FUA (or its member failed, which the group's
     /// reduced redundancy accounts for): its ops may write in place.
     fn batch_durable(&mut self, sequence: u64) {
         self.journal.committing -= 1;

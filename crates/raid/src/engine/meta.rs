@@ -664,6 +664,7 @@ impl Engine {
                 MemberOp::Write {
                     offset_bytes,
                     buffer: slice,
+                    fua: false,
                 },
                 Owner::Superblock,
             );

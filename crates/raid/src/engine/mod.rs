@@ -80,8 +80,8 @@ enum Owner {
     Superblock,
     /// A flush of every data member (host or internal).
     Flush { flush: Key },
-    /// Writing or flushing one copy of a journal batch.
-    Journal { sequence: u64, flush: bool },
+    /// Writing one copy of a journal batch (a FUA write: durable when it completes).
+    Journal { sequence: u64 },
     /// Reading a window of a member's journal area during replay.
     JournalScan {
         member: usize,
@@ -505,9 +505,7 @@ impl Engine {
             Owner::ZeroFill { region } => self.zero_fill_done(region),
             Owner::Superblock => self.superblock_io_done(),
             Owner::Flush { flush } => self.flush_io_done(flush),
-            Owner::Journal { sequence, flush } => {
-                self.journal_io_done(sequence, flush, entry.member, result)
-            }
+            Owner::Journal { sequence } => self.journal_io_done(sequence, entry.member, result),
             Owner::JournalScan {
                 member,
                 offset_bytes,

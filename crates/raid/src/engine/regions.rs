@@ -407,6 +407,7 @@ impl Engine {
                 MemberOp::Write {
                     offset_bytes,
                     buffer: slice,
+                    fua: false,
                 },
                 Owner::BitmapWrite { block },
             );
@@ -555,6 +556,7 @@ impl Engine {
                 MemberOp::Write {
                     offset_bytes,
                     buffer,
+                    fua: false,
                 },
                 Owner::ZeroFill { region },
             );
@@ -807,6 +809,7 @@ impl Engine {
                         MemberOp::Write {
                             offset_bytes,
                             buffer: slice,
+                            fua: false,
                         },
                         Owner::Superblock,
                     );

@@ -561,6 +561,7 @@ impl Engine {
                 MemberOp::Write {
                     offset_bytes,
                     buffer: slice,
+                    fua: false,
                 },
                 Owner::JournalReplay {
                     io: ReplayIo::Write,
@@ -598,6 +599,7 @@ impl Engine {
                 MemberOp::Write {
                     offset_bytes,
                     buffer,
+                    fua: false,
                 },
                 Owner::JournalReplay {
                     io: ReplayIo::Write,

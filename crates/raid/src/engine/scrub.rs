@@ -174,6 +174,7 @@ impl Engine {
                     MemberOp::Write {
                         offset_bytes,
                         buffer: first,
+                        fua: false,
                     },
                 );
             }
@@ -202,6 +203,7 @@ impl Engine {
                         MemberOp::Write {
                             offset_bytes,
                             buffer: good,
+                            fua: false,
                         },
                     );
                     self.background.scrub_stats_mut().read_errors_repaired += 1;
@@ -235,6 +237,7 @@ impl Engine {
                 MemberOp::Write {
                     offset_bytes,
                     buffer,
+                    fua: false,
                 },
             );
             self.background.scrub_stats_mut().read_errors_repaired += 1;
@@ -277,6 +280,7 @@ impl Engine {
                 MemberOp::Write {
                     offset_bytes,
                     buffer: outputs[which],
+                    fua: false,
                 },
             );
             self.background.scrub_stats_mut().read_errors_repaired += 1;
@@ -363,6 +367,7 @@ impl Engine {
                     MemberOp::Write {
                         offset_bytes,
                         buffer,
+                        fua: false,
                     },
                 );
             }

@@ -1312,6 +1312,7 @@ impl Engine {
                 let command = MemberOp::Write {
                     offset_bytes: offset + fragment.range.start_bytes,
                     buffer: fragment.buffer,
+                    fua: false,
                 };
                 self.op_issue(id, op, member, command);
             }
@@ -1325,6 +1326,7 @@ impl Engine {
                     MemberOp::Write {
                         offset_bytes: offset + start,
                         buffer,
+                        fua: false,
                     },
                 );
             }
@@ -1368,6 +1370,7 @@ impl Engine {
                     MemberOp::Write {
                         offset_bytes,
                         buffer: piece.target,
+                        fua: false,
                     },
                 );
                 self.counters.repaired_reads += 1;
@@ -1434,6 +1437,7 @@ impl Engine {
                     MemberOp::Write {
                         offset_bytes,
                         buffer,
+                        fua: false,
                     },
                 );
             }
@@ -1485,6 +1489,7 @@ impl Engine {
                 MemberOp::Write {
                     offset_bytes: target_offset_bytes,
                     buffer: content,
+                    fua: false,
                 },
             );
         }
@@ -1510,6 +1515,7 @@ impl Engine {
                     MemberOp::Write {
                         offset_bytes: offset,
                         buffer,
+                        fua: false,
                     },
                 );
             }

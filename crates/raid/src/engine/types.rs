@@ -115,10 +115,13 @@ pub enum MemberOp {
         offset_bytes: u64,
         buffer: BufferSlice,
     },
-    /// Write `buffer` at `offset_bytes` of the member device.
+    /// Write `buffer` at `offset_bytes` of the member device. With `fua` (force unit access)
+    /// it completes only once these bytes are durable; the member's other writes are not made
+    /// durable by it.
     Write {
         offset_bytes: u64,
         buffer: BufferSlice,
+        fua: bool,
     },
     /// Durability barrier: every write to this member completed before it is durable when it
     /// completes.

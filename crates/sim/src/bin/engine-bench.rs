@@ -117,6 +117,7 @@ impl Bench {
                     MemberOp::Write {
                         offset_bytes,
                         buffer,
+                        ..
                     } => {
                         let start = offset_bytes as usize;
                         let data = self.engine.pool().bytes(buffer);
