@@ -210,28 +210,21 @@ impl TestServer {
         }
     }
 
+    fn export(&self, export_name: &str) -> &MemoryExport {
+        self.shared
+            .catalog
+            .find(export_name)
+            .expect("export exists")
+    }
+
     /// The memory behind an export.
     pub fn disk(&self, export_name: &str) -> Arc<Mutex<Vec<u8>>> {
-        Arc::clone(
-            &self
-                .shared
-                .catalog
-                .find(export_name)
-                .expect("export exists")
-                .disk,
-        )
+        Arc::clone(&self.export(export_name).disk)
     }
 
     /// The FUA writes and flushes an export has seen.
     pub fn durability(&self, export_name: &str) -> Arc<DurabilityCounts> {
-        Arc::clone(
-            &self
-                .shared
-                .catalog
-                .find(export_name)
-                .expect("export exists")
-                .durability,
-        )
+        Arc::clone(&self.export(export_name).durability)
     }
 
     /// Connections accepted so far.
