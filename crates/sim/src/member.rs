@@ -6,6 +6,18 @@ use crate::prng::Rng;
 use std::collections::BTreeSet;
 use tessera_raid::engine::MemberError;
 
+/// Copies into `to`, which holds device bytes from `to_at`, whatever part of `from` (device
+/// bytes from `from_at`) overlaps it.
+pub fn copy_overlap(from_at: u64, from: &[u8], to_at: u64, to: &mut [u8]) {
+    let start = from_at.max(to_at);
+    let end = (from_at + from.len() as u64).min(to_at + to.len() as u64);
+    if start < end {
+        let len = (end - start) as usize;
+        let (source, target) = ((start - from_at) as usize, (start - to_at) as usize);
+        to[target..target + len].copy_from_slice(&from[source..source + len]);
+    }
+}
+
 /// A write that completed but is not yet known durable.
 struct Pending {
     sequence: u64,
@@ -91,18 +103,8 @@ impl SimMember {
         self.completed_writes += 1;
         if fua {
             self.durable[start..start + data.len()].copy_from_slice(data);
-            let end_bytes = offset_bytes + data.len() as u64;
             for older in &mut self.pending {
-                let older_end = older.offset_bytes + older.data.len() as u64;
-                let (from, to) = (
-                    offset_bytes.max(older.offset_bytes),
-                    end_bytes.min(older_end),
-                );
-                if from < to {
-                    let (a, b) = ((from - offset_bytes) as usize, (to - offset_bytes) as usize);
-                    let at = (from - older.offset_bytes) as usize;
-                    older.data[at..at + (b - a)].copy_from_slice(&data[a..b]);
-                }
+                copy_overlap(offset_bytes, data, older.offset_bytes, &mut older.data);
             }
         } else {
             self.pending.push(Pending {

@@ -9,6 +9,7 @@ use tessera_raid::engine::{Command, EngineConfig, HostError, MemberOp};
 use tessera_raid::geometry::{Column, Level};
 use tessera_raid::superblock::JournalMode;
 use tessera_sim::harness::Harness;
+use tessera_sim::member::copy_overlap;
 
 const CHUNK: u64 = 4096;
 const MEMBER_BYTES: u64 = 8 << 20;
@@ -375,14 +376,9 @@ fn run_with_caches(h: &mut Harness, caches: &mut Caches) {
                 offset_bytes,
                 buffer,
             } => {
-                let start = offset_bytes as usize;
                 let out = h.read_member_image(member, offset_bytes, buffer);
-                let end = start + out.len();
                 for (at, data) in &caches[member] {
-                    let (from, to) = (start.max(*at), end.min(at + data.len()));
-                    if from < to {
-                        out[from - start..to - start].copy_from_slice(&data[from - at..to - at]);
-                    }
+                    copy_overlap(*at as u64, data, offset_bytes, out);
                 }
             }
             MemberOp::Write {
@@ -394,14 +390,9 @@ fn run_with_caches(h: &mut Harness, caches: &mut Caches) {
                 let start = offset_bytes as usize;
                 if fua {
                     // Straight to the media, and cached older data there is replaced.
-                    let end = start + data.len();
-                    h.members[member][start..end].copy_from_slice(&data);
+                    h.members[member][start..start + data.len()].copy_from_slice(&data);
                     for (at, cached) in &mut caches[member] {
-                        let (from, to) = (start.max(*at), end.min(*at + cached.len()));
-                        if from < to {
-                            cached[from - *at..to - *at]
-                                .copy_from_slice(&data[from - start..to - start]);
-                        }
+                        copy_overlap(offset_bytes, &data, *at as u64, cached);
                     }
                 } else {
                     caches[member].push((start, data));
