@@ -11,6 +11,11 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
+# The VM tests include the tessera binary this very build makes (tessera-cli's integration tests
+# need it). Left to themselves they would build it with `-p tessera-cli`, whose feature set is not
+# the whole workspace's: that rebuilds the daemon and its dependencies (minutes on two cores) and
+# the next full run rebuilds them back.
+export TESSERA_VM_BINARY="${TESSERA_VM_BINARY:-${CARGO_TARGET_DIR:-$PWD/target}/debug/tessera}"
 cargo test --workspace --locked
 echo "== benchmark runner unit tests"
 python3 -m unittest discover -s bench/tests
