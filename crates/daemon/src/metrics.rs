@@ -38,7 +38,7 @@ impl DataPlane {
             );
         }
         type Field = fn(&tessera_raid::engine::Counters) -> u64;
-        let series: [(&str, &str, Field); 17] = [
+        let series: [(&str, &str, Field); 18] = [
             (
                 "tessera_dg_host_read_bytes_total",
                 "Bytes read by hosts from a drive group.",
@@ -108,6 +108,11 @@ impl DataPlane {
                 "tessera_dg_journal_batches_total",
                 "Write journal batches written (each to every journal copy).",
                 |c| c.journal_batches,
+            ),
+            (
+                "tessera_dg_journal_one_copy_batches_total",
+                "Write journal batches written to their stripes' parity member alone.",
+                |c| c.journal_one_copy_batches,
             ),
             (
                 "tessera_dg_journal_entries_total",

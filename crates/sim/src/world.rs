@@ -43,6 +43,8 @@ pub struct Stats {
     /// rebuilt the map from the group.
     pub thin_no_space: u64,
     pub thin_recoveries: u64,
+    /// Journal batches written to one member alone, over every engine of the run.
+    pub journal_one_copy_batches: u64,
 }
 
 struct Device {
@@ -237,8 +239,17 @@ impl World {
         self.verify_all()?;
         self.check_redundancy()?;
         self.final_scrub()?;
+        self.count_engine();
         self.stats.sim_time_us = self.now_us;
         Ok(())
+    }
+
+    /// Adds the running engine's counters to the run's statistics before it goes away.
+    fn count_engine(&mut self) {
+        if let Some(engine) = &self.engine {
+            self.stats.journal_one_copy_batches +=
+                engine.status().counters.journal_one_copy_batches;
+        }
     }
 
     fn create(&mut self) -> Result<(), String> {
@@ -1278,6 +1289,7 @@ impl World {
         // A member that failed while a full-stripe write was in flight tears that stripe as
         // surely as one lost in the crash (the write's intent does not cover it).
         let degraded = self.exposure().0 > 0;
+        self.count_engine();
         let engine = self.engine.take().expect("engine running");
         let mut in_flight: Vec<Vec<(u64, Vec<u8>)>> = vec![Vec::new(); self.devices.len()];
         for scheduled in self.scheduled.values() {
@@ -1376,6 +1388,7 @@ impl World {
                 self.in_flight.len()
             ));
         }
+        self.count_engine();
         self.engine = None;
         self.restarting = false;
         self.assemble(false)

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 use tessera_buffer::{BufferId, BufferSlice};
 
 /// Batches being written at once; while they are, new entries gather into the next batch.
-const MAX_BATCHES_IN_FLIGHT: usize = 2;
+pub(super) const MAX_BATCHES_IN_FLIGHT: usize = 2;
 /// Finished batches kept before a flush retires them, however large the ring: bounds the
 /// bookkeeping (and what a replay after a crash has to redo) on a big journal device.
 const RETIRE_AFTER_BATCHES: usize = 4096;
@@ -110,6 +110,10 @@ struct BatchState {
     /// Copy writes outstanding (each a FUA write).
     pending_io: u32,
     copies_ok: u32,
+    /// Written alone to its entries' parity member (`Engine::batch_home`): a replay after that
+    /// member is lost will not see the retirement point it carries, so that point is not
+    /// durable for the rules that depend on one.
+    home: bool,
     carried_retired_below: u64,
     intents: Vec<u64>,
     /// Stripes of its partial parity entries.
@@ -665,8 +669,20 @@ impl Engine {
     }
 
     /// Members for the copies of a batch of `len` bytes, with where it goes on each; `None`
-    /// when too few have room.
-    fn place_batch(&mut self, len: u64, reserve: u64) -> Option<Vec<(usize, u64)>> {
+    /// when too few have room. A batch with a `home` (see `batch_home`) goes there alone when
+    /// its ring has room, and in rotation otherwise.
+    fn place_batch(
+        &mut self,
+        len: u64,
+        reserve: u64,
+        home: Option<usize>,
+    ) -> Option<Vec<(usize, u64)>> {
+        if let Some(home) = home {
+            let ring_bytes = self.journal.ring_bytes;
+            if let Some(start) = self.journal.ring(home).place(ring_bytes, len, reserve) {
+                return Some(vec![(home, start)]);
+            }
+        }
         if let Some(device) = self.members.journal_device() {
             // One copy: the device is the user's choice of a fast place for the journal, and
             // when it fails the batches it held are given up (coverage starts over).
@@ -697,6 +713,50 @@ impl Engine {
         Some(chosen)
     }
 
+    /// The one member a batch may be written to alone, instead of `parity + 1` members in
+    /// rotation: the parity member of every entry's stripe, when all share it. As with md's
+    /// partial parity log, losing that member makes the entries unnecessary (every data chunk
+    /// of their stripes is whole on its member), and any other loss leaves them readable.
+    ///
+    /// Only for RAID5 on an optimal group without a journal device, and only for entries whose
+    /// replay rewrites nothing but parity (partial parity and intents, not redo). A stripe with
+    /// a redo entry at or above the durable retirement point keeps rotation: were this batch
+    /// lost with its member, replay could rewrite that older redo entry's data over this
+    /// update's. For the same reason a home batch's own retirement point does not count as
+    /// durable (`BatchState::home`), and a batch with a retirement point to make durable goes
+    /// in rotation, so ring space keeps being reclaimed.
+    fn batch_home(&self, entries: &[EntryDescriptor]) -> Option<usize> {
+        if self.geometry.parity_chunks() != 1
+            || self.members.journal_device().is_some()
+            || self.members.group_state(&self.geometry) != GroupState::Optimal
+            || self.journal.retired_below() > self.journal.durable_retired_below
+        {
+            return None;
+        }
+        let mut home = None;
+        for entry in entries {
+            if !matches!(entry.kind, EntryKind::PartialParity | EntryKind::Intent) {
+                return None;
+            }
+            let redo_above = self
+                .journal
+                .redo_sequences
+                .get(&entry.stripe)
+                .is_some_and(|&sequence| sequence >= self.journal.durable_retired_below);
+            if redo_above {
+                return None;
+            }
+            let [(member, _)] = self.column_writers(entry.stripe, Column::Parity(0))[..] else {
+                return None;
+            };
+            if home.is_some_and(|home| home != member) {
+                return None;
+            }
+            home = Some(member);
+        }
+        home
+    }
+
     /// Seals the oldest open entries into a batch and starts writing it. False when it must
     /// wait (ring space or memory).
     fn seal_batch(&mut self) -> bool {
@@ -713,7 +773,8 @@ impl Engine {
             count += 1;
         }
         let total = format::batch_bytes(&descriptors);
-        let Some(places) = self.place_batch(total, 0) else {
+        let home = self.batch_home(&descriptors);
+        let Some(places) = self.place_batch(total, 0, home) else {
             self.journal.space_wanted = true;
             return false;
         };
@@ -790,6 +851,7 @@ impl Engine {
                 buffer: Some(buffer),
                 pending_io: u32::try_from(places.len()).expect("copies fit u32"),
                 copies_ok: 0,
+                home: places.len() == 1 && home == Some(places[0].0),
                 carried_retired_below: retired_below,
                 intents,
                 partials,
@@ -895,9 +957,10 @@ impl Engine {
             // Every copy failed (the journal device died under it): write the batch again
             // where the journal now lives, so no in-place write goes out unjournaled.
             let len = self.pool.len(buffer) as u64;
-            if let Some(places) = self.place_batch(len, 0) {
+            if let Some(places) = self.place_batch(len, 0, None) {
                 let batch = self.journal.batches.get_mut(&sequence).expect("batch");
                 batch.pending_io = u32::try_from(places.len()).expect("copies fit u32");
+                batch.home = false;
                 self.start_batch_io(sequence, buffer, &places);
                 return;
             }
@@ -921,7 +984,9 @@ impl Engine {
         let carried = batch.carried_retired_below;
         let ops = batch.ops.clone();
         let empty = batch.ops_left == 0;
-        if batch.copies_ok > 0 {
+        if batch.home {
+            self.counters.journal_one_copy_batches += 1;
+        } else if batch.copies_ok > 0 {
             self.advance_durable_floor(carried);
         }
         if empty {

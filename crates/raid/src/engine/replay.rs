@@ -269,7 +269,18 @@ impl Engine {
                         }
                     }
                     let newest = replay.found.keys().next_back().map_or(0, |&s| s + 1);
-                    self.journal.next_sequence = self.journal.next_sequence.max(newest).max(floor);
+                    // A batch written to one member alone (`Engine::batch_home`) is not seen
+                    // when that member is absent or its area unreadable, and must never share
+                    // a number with a new batch should the member come back. Every batch above
+                    // the newest seen is on that one member's ring (any other has a copy that
+                    // was read, and a ring's newest batch is never overwritten), so skipping
+                    // as many numbers as the ring can hold, plus the batches torn in flight,
+                    // numbers new batches above it (a batch below the floor may have been
+                    // overwritten, so the ring's batches are counted from there).
+                    let unseen = self.journal.ring_bytes / BATCH_ALIGN_BYTES
+                        + super::journal::MAX_BATCHES_IN_FLIGHT as u64;
+                    self.journal.next_sequence =
+                        self.journal.next_sequence.max(newest.max(floor) + unseen);
                     replay.queue = sequences.into();
                     replay.stage = ReplayStage::Applying;
                 }
