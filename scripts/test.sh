@@ -12,9 +12,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 # The VM tests include the tessera binary this very build makes (tessera-cli's integration tests
-# need it). Left to themselves they would build it with `-p tessera-cli`, whose feature set is not
-# the whole workspace's: that rebuilds the daemon and its dependencies (minutes on two cores) and
-# the next full run rebuilds them back.
+# need it). Left to themselves they ask cargo for it again (`cargo test --workspace --no-run`,
+# nothing to do here but a freshness check); named, they take it as it is.
 export TESSERA_VM_BINARY="${TESSERA_VM_BINARY:-${CARGO_TARGET_DIR:-$PWD/target}/debug/tessera}"
 cargo test --workspace --locked
 echo "== benchmark runner unit tests"

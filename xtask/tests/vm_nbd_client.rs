@@ -3,9 +3,8 @@
 //! attached to /dev/nbd0 by the kernel's own NBD client, ext4 and xfs with files through a
 //! member failure and a rebuild, fsck clean, fio verify on the raw device, FLUSH and discard.
 //!
-//! The tessera binary comes from `cargo build --profile test -p tessera-cli` (the build
-//! `cargo test` itself makes of it, so within `cargo test --workspace` that build has nothing
-//! to do), or from `TESSERA_VM_BINARY` when set.
+//! The tessera binary is the one `cargo test --workspace` builds (`vm_common::tessera_binary`),
+//! or `TESSERA_VM_BINARY` when set.
 //!
 //! Skips, saying why, when QEMU or the Debian packages are unavailable (`cargo xtask vm` exits
 //! with 77); with `TESSERA_VM_REQUIRED=1` that is a failure instead.

@@ -6,8 +6,8 @@
 //! device removed by unexport, by daemon shutdown (and made again at the next start) and by a
 //! forced delete. About 90 s under software emulation.
 //!
-//! The tessera binary comes from `cargo build --profile test -p tessera-cli` (the build that
-//! `cargo test` itself makes of it), or from `TESSERA_VM_BINARY` when set.
+//! The tessera binary is the one `cargo test --workspace` builds (`vm_common::tessera_binary`),
+//! or `TESSERA_VM_BINARY` when set.
 //!
 //! Skips, saying why, when QEMU or the Debian packages are unavailable (`cargo xtask vm` exits
 //! with 77); with `TESSERA_VM_REQUIRED=1` that is a failure instead.

@@ -57,8 +57,11 @@ pub fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// The tessera binary to include in the guest: `TESSERA_VM_BINARY` when set, else the build
-/// `cargo test` itself makes of it (`cargo build --profile test -p tessera-cli`).
+/// The tessera binary to include in the guest: `TESSERA_VM_BINARY` when set, else the one
+/// `cargo test --workspace` builds (tessera-cli's integration tests need it). The same command
+/// makes sure it is there: under `cargo test --workspace` it has nothing to do, where a build
+/// of `-p tessera-cli` alone would unify another feature set and compile the daemon and its
+/// dependencies again (and the next full run would compile them back).
 #[allow(dead_code)]
 pub fn tessera_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("TESSERA_VM_BINARY") {
@@ -67,12 +70,14 @@ pub fn tessera_binary() -> PathBuf {
     let workspace = workspace();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Command::new(cargo)
-        .args(["build", "--quiet", "--locked", "--profile", "test"])
-        .args(["-p", "tessera-cli", "--bin", "tessera"])
+        .args(["test", "--workspace", "--no-run", "--quiet", "--locked"])
         .current_dir(&workspace)
         .status()
         .expect("cannot run cargo");
-    assert!(status.success(), "cargo build -p tessera-cli: {status}");
+    assert!(
+        status.success(),
+        "cargo test --workspace --no-run: {status}"
+    );
     std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| workspace.join("target"), PathBuf::from)
         .join("debug")
