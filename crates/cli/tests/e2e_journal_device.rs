@@ -3,7 +3,7 @@
 //! journal areas while the group stays optimal and the data intact.
 
 mod daemon;
-use daemon::{Daemon, fio_verify, have};
+use daemon::{Daemon, fio_verify, have, sh};
 
 #[test]
 fn a_journal_drive_holds_the_journal_until_it_fails() {
@@ -110,4 +110,28 @@ fn a_journal_drive_holds_the_journal_until_it_fails() {
         &["--randseed=11", "--bsrange=4k-64k", "--verify_only"],
         daemon.dir.path(),
     );
+
+    // On the members, a one-chunk update journaled alone goes to its stripe's parity member
+    // only (while on the device every batch went there, once).
+    let one_copy = || {
+        daemon
+            .metric("tessera_dg_journal_one_copy_batches_total{dg=\"0\"}")
+            .expect("one-copy batch counter")
+    };
+    let before = one_copy();
+    let qd1_uri = format!("--uri={uri}");
+    sh(
+        "fio",
+        &[
+            "--name=qd1",
+            "--ioengine=nbd",
+            &qd1_uri,
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=1",
+            "--offset=112M",
+            "--size=1M",
+        ],
+    );
+    assert!(one_copy() > before, "no batch went to one member alone");
 }
