@@ -271,6 +271,14 @@ impl Journal {
         &mut self.rings[member]
     }
 
+    /// Whether a replay could still rewrite a redo entry's data on `stripe` (its newest redo
+    /// entry is at or above the durable retirement point).
+    fn redo_replayable(&self, stripe: u64) -> bool {
+        self.redo_sequences
+            .get(&stripe)
+            .is_some_and(|&sequence| sequence >= self.durable_retired_below)
+    }
+
     /// Whether a full-stripe write on `stripe` awaits retirement.
     pub(crate) fn has_intent(&self, stripe: u64) -> bool {
         self.intents.contains_key(&stripe)
@@ -438,12 +446,7 @@ impl Engine {
         }
         // A replay may still rewrite an earlier redo entry's data over this update's, and a
         // partial parity entry would not write it back (a redo entry, replayed later, does).
-        if self
-            .journal
-            .redo_sequences
-            .get(&stripe)
-            .is_some_and(|&sequence| sequence >= self.journal.durable_retired_below)
-        {
+        if self.journal.redo_replayable(stripe) {
             return None;
         }
         let len = fragment.range.len() as usize;
@@ -738,12 +741,7 @@ impl Engine {
             if !matches!(entry.kind, EntryKind::PartialParity | EntryKind::Intent) {
                 return None;
             }
-            let redo_above = self
-                .journal
-                .redo_sequences
-                .get(&entry.stripe)
-                .is_some_and(|&sequence| sequence >= self.journal.durable_retired_below);
-            if redo_above {
+            if self.journal.redo_replayable(entry.stripe) {
                 return None;
             }
             let [(member, _)] = self.column_writers(entry.stripe, Column::Parity(0))[..] else {
