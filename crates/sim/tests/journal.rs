@@ -688,55 +688,121 @@ fn a_lost_journal_device_falls_back_to_resync_and_the_members_journal() {
 /// its columns no longer match the rest of their stripes and a later loss rebuilds garbage
 /// (simulator seed 24842, RAID6 with the journal on). Checked with the journal on and off
 /// (resync), for a failed parity member and a failed data member.
-#[test]
-fn updates_wait_until_a_member_failure_is_recorded() {
+/// A write of chunk 1 while a member failure is not yet recorded (the superblock writes that
+/// would record it never reach the media), then a power cut that brings the failed member
+/// back: every acknowledged write must survive a loss within redundancy. With
+/// `fail_after_reads` the update has read what it needs before the failure and computes
+/// after it (as md's stripe handling would if it did not check again).
+fn update_around_an_unrecorded_failure(
+    members: usize,
+    mode: JournalMode,
+    failed_column: Column,
+    fail_after_reads: bool,
+) {
     let superblock = |offset: u64| {
         let len = tessera_raid::superblock::SUPERBLOCK_BYTES as u64;
         tessera_raid::superblock::SUPERBLOCK_OFFSETS
             .iter()
             .any(|&at| (at..at + len).contains(&offset))
     };
+    let what = format!(
+        "{members} members, {mode:?}, {failed_column:?} failed, after the reads {fail_after_reads}"
+    );
+    let mut h = started(Level::Raid5, members, mode);
+    for (chunk, byte) in [(0, 0xAA), (1, 0xCC), (2, 0x22)] {
+        h.write(chunk * CHUNK, &[byte; CHUNK as usize]).unwrap();
+    }
+    h.flush().unwrap();
+    h.settle();
+    let failed = holder(&h, failed_column);
+    if !fail_after_reads {
+        h.engine.fail_member_admin(failed);
+    }
+    let id = h.submit_write(CHUNK, &[0xBB; CHUNK as usize]);
+    if fail_after_reads {
+        // The reads are carried out but their completions held back past the failure;
+        // anything else (metadata) goes through.
+        let mut reads = Vec::new();
+        while let Some(command) = h.engine.poll() {
+            let Command::Member(command) = command else {
+                continue;
+            };
+            match command.op {
+                MemberOp::Read {
+                    offset_bytes,
+                    buffer,
+                } => {
+                    h.read_member_image(command.member, offset_bytes, buffer);
+                    reads.push(command.id);
+                }
+                MemberOp::Write {
+                    offset_bytes,
+                    buffer,
+                    ..
+                } => {
+                    let data = h.engine.pool().bytes(buffer).to_vec();
+                    let start = offset_bytes as usize;
+                    h.members[command.member][start..start + data.len()].copy_from_slice(&data);
+                    h.engine.complete(command.id, Ok(()));
+                }
+                MemberOp::Flush => h.engine.complete(command.id, Ok(())),
+            }
+        }
+        assert!(!reads.is_empty(), "{what}: the update reads first");
+        h.engine.fail_member_admin(failed);
+        for read in reads {
+            h.engine.complete(read, Ok(()));
+        }
+    }
+    run_until_stuck(&mut h, |_, offset, _| !superblock(offset));
+    assert!(
+        h.take_reply(id).is_none(),
+        "{what}: a write acknowledged before the failure was recorded"
+    );
+    // Power cut; the failed member is back. With the journal, the member of chunk 2 is lost
+    // with the power; without it, a loss before resync is the hole the journal closes, so
+    // chunk 2's member fails once the group has resynced.
+    let chunk2 = holder(&h, Column::Data(2));
+    let journaled = mode == JournalMode::AlwaysOn;
+    let lost: &[usize] = if journaled { &[chunk2] } else { &[] };
+    let images = crash_and_lose(h, lost);
+    let mut h = Harness::assemble(images, config(), parity());
+    h.settle();
+    if !journaled {
+        h.engine.fail_member_admin(chunk2);
+        h.settle();
+    }
+    assert_filled(
+        &h.read(2 * CHUNK, CHUNK).unwrap(),
+        0x22,
+        &format!("{what}: chunk 2 rebuilt from the rest of its stripe"),
+    );
+    let chunk1 = h.read(CHUNK, CHUNK).unwrap();
+    assert!(
+        chunk1.iter().all(|&b| b == 0xCC) || chunk1.iter().all(|&b| b == 0xBB),
+        "{what}: chunk 1 holds its old or its new contents, whole"
+    );
+}
+
+#[test]
+fn updates_wait_until_a_member_failure_is_recorded() {
     for mode in [JournalMode::AlwaysOn, JournalMode::AlwaysOff] {
         for failed_column in [Column::Parity(0), Column::Data(1)] {
-            let what = format!("{mode:?}, {failed_column:?} failed");
-            let mut h = started(Level::Raid5, 4, mode);
-            for (chunk, byte) in [(0, 0xAA), (1, 0xCC), (2, 0x22)] {
-                h.write(chunk * CHUNK, &[byte; CHUNK as usize]).unwrap();
-            }
-            h.flush().unwrap();
-            h.settle();
-            let failed = holder(&h, failed_column);
-            h.engine.fail_member_admin(failed);
-            // The superblock writes that would record the failure never reach the media.
-            let id = h.submit_write(CHUNK, &[0xBB; CHUNK as usize]);
-            run_until_stuck(&mut h, |_, offset, _| !superblock(offset));
-            assert!(
-                h.take_reply(id).is_none(),
-                "{what}: a write acknowledged before the failure was recorded"
-            );
-            // Power cut; the failed member is back. With the journal, the member of chunk 2 is
-            // lost with the power; without it, a loss before resync is the hole the journal
-            // closes, so chunk 2's member fails once the group has resynced.
-            let chunk2 = holder(&h, Column::Data(2));
-            let journaled = mode == JournalMode::AlwaysOn;
-            let lost: &[usize] = if journaled { &[chunk2] } else { &[] };
-            let images = crash_and_lose(h, lost);
-            let mut h = Harness::assemble(images, config(), parity());
-            h.settle();
-            if !journaled {
-                h.engine.fail_member_admin(chunk2);
-                h.settle();
-            }
-            assert_filled(
-                &h.read(2 * CHUNK, CHUNK).unwrap(),
-                0x22,
-                &format!("{what}: chunk 2 rebuilt from the rest of its stripe"),
-            );
-            let chunk1 = h.read(CHUNK, CHUNK).unwrap();
-            assert!(
-                chunk1.iter().all(|&b| b == 0xCC) || chunk1.iter().all(|&b| b == 0xBB),
-                "{what}: chunk 1 holds its old or its new contents, whole"
-            );
+            update_around_an_unrecorded_failure(4, mode, failed_column, false);
+        }
+    }
+}
+
+#[test]
+fn updates_that_read_before_a_member_failure_wait_until_it_is_recorded() {
+    // Simulator seed 40,906 with TESSERA_SIM_JOURNAL=always_on (RAID6): P's member failed
+    // while an update's reads were done; the update wrote data and Q, the power went before
+    // the failure was recorded, P came back stale and a later loss rebuilt from it. Five
+    // members, so that a one-chunk update reads and writes in place (read-modify-write),
+    // where parity a failed member holds is left out of the update.
+    for mode in [JournalMode::AlwaysOn, JournalMode::AlwaysOff] {
+        for failed_column in [Column::Parity(0), Column::Data(0)] {
+            update_around_an_unrecorded_failure(5, mode, failed_column, true);
         }
     }
 }

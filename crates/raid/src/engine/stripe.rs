@@ -451,6 +451,12 @@ impl Engine {
                     }
                     op.stage = Stage::Compute;
                 }
+                // Checked again here: a member that failed while the op read would be left
+                // out of its writes, and until the failure is recorded a power cut brings
+                // that member back with its old contents.
+                Stage::Compute if self.waits_for_failure_record(id, op) => {
+                    return true;
+                }
                 Stage::Compute => {
                     let is_write = matches!(op.kind, Kind::Write { .. });
                     op.hold_writes = self.journal_takes(is_write);
