@@ -113,12 +113,12 @@ fn a_journal_drive_holds_the_journal_until_it_fails() {
 
     // On the members, a one-chunk update journaled alone goes to its stripe's parity member
     // only (while on the device every batch went there, once).
-    let one_copy = || {
+    let home_batches = || {
         daemon
-            .metric("tessera_dg_journal_one_copy_batches_total{dg=\"0\"}")
-            .expect("one-copy batch counter")
+            .metric("tessera_dg_journal_home_batches_total{dg=\"0\"}")
+            .expect("home batch counter")
     };
-    let before = one_copy();
+    let before = home_batches();
     let qd1_uri = format!("--uri={uri}");
     sh(
         "fio",
@@ -133,5 +133,5 @@ fn a_journal_drive_holds_the_journal_until_it_fails() {
             "--size=1M",
         ],
     );
-    assert!(one_copy() > before, "no batch went to one member alone");
+    assert!(home_batches() > before, "no batch went to one member alone");
 }

@@ -110,9 +110,9 @@ impl DataPlane {
                 |c| c.journal_batches,
             ),
             (
-                "tessera_dg_journal_one_copy_batches_total",
-                "Write journal batches written to their stripes' parity member alone.",
-                |c| c.journal_one_copy_batches,
+                "tessera_dg_journal_home_batches_total",
+                "Write journal batches written to their stripes' parity members alone.",
+                |c| c.journal_home_batches,
             ),
             (
                 "tessera_dg_journal_entries_total",

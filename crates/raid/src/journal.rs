@@ -21,9 +21,10 @@
 //! intent; three zero bytes; write count u32; stripe u64) followed by 16 bytes per write
 //! (column: data index, or 0x80 | parity index; three zero bytes; length u32; offset within the
 //! chunk u64). Redo, partial parity and supplied intent payloads follow in descriptor order,
-//! each a whole number of sectors. A partial parity entry has exactly one write, naming the
-//! data column the update wrote; its payload is the parity of the stripe's other data columns
-//! over that range. A supplied intent's writes name only data columns: the columns of a
+//! each a whole number of sectors. A partial parity entry's first write names the data column
+//! the update wrote; its payload is P of the stripe's other data columns over that range. On
+//! RAID6 a second write names Q (parity index 1) over the same range, its payload Q of those
+//! other columns. A supplied intent's writes name only data columns: the columns of a
 //! full-stripe write that had no member, with their new contents.
 
 use crate::geometry::Column;
@@ -53,9 +54,10 @@ pub enum EntryKind {
     /// A full-stripe write, recorded by stripe only: replay recomputes the stripe's parity from
     /// its data.
     Intent,
-    /// A RAID5 update of one data column: the payload is the XOR of the stripe's other data
-    /// columns over the written range, so replay sets parity to it XOR that column as it is on
-    /// its member, whichever sectors of the update reached it.
+    /// An update of one data column: the payload is the parity of the stripe's other data
+    /// columns over the written range (P, and on RAID6 also Q as a second write naming Q), so
+    /// replay sets parity to it plus that column as it is on its member, whichever sectors of
+    /// the update reached it.
     PartialParity,
     /// A full-stripe write on a stripe some of whose data columns have no member: the writes
     /// name those columns and carry their new contents, so replay recomputes parity from the
@@ -123,6 +125,20 @@ pub enum BatchError {
     Checksum,
     /// The checksum matches but the contents are inconsistent.
     Malformed(&'static str),
+}
+
+/// A partial parity entry's writes: one data column, then on RAID6 Q over the same range.
+fn partial_parity_shape(writes: &[WriteDescriptor]) -> bool {
+    match writes {
+        [data] => matches!(data.column, Column::Data(_)),
+        [data, q] => {
+            matches!(data.column, Column::Data(_))
+                && q.column == Column::Parity(1)
+                && q.within_bytes == data.within_bytes
+                && q.len_bytes == data.len_bytes
+        }
+        _ => false,
+    }
 }
 
 fn column_code(column: Column) -> u8 {
@@ -355,11 +371,9 @@ pub fn decode_batch(bytes: &[u8], group_uuid: Uuid) -> Result<Batch, BatchError>
                 payload_at += len_bytes;
             }
         }
-        if kind == EntryKind::PartialParity
-            && (entry.writes.len() != 1 || !matches!(entry.writes[0].column, Column::Data(_)))
-        {
+        if kind == EntryKind::PartialParity && !partial_parity_shape(&entry.writes) {
             return Err(BatchError::Malformed(
-                "partial parity names one data column",
+                "partial parity names one data column, then optionally Q over its range",
             ));
         }
         if kind == EntryKind::SuppliedIntent
@@ -452,30 +466,42 @@ mod tests {
     }
 
     #[test]
-    fn a_partial_parity_entry_names_exactly_one_data_column() {
-        for writes in [
-            vec![],
-            vec![WriteDescriptor {
-                column: Column::Parity(0),
-                within_bytes: 0,
-                len_bytes: 512,
-            }],
-            vec![
-                WriteDescriptor {
-                    column: Column::Data(0),
-                    within_bytes: 0,
-                    len_bytes: 512,
-                };
-                2
-            ],
-        ] {
-            let entries = vec![EntryDescriptor {
+    fn a_partial_parity_entry_names_one_data_column_then_optionally_q_over_its_range() {
+        let write = |column, within_bytes| WriteDescriptor {
+            column,
+            within_bytes,
+            len_bytes: 512,
+        };
+        let entry = |writes| {
+            vec![EntryDescriptor {
                 kind: EntryKind::PartialParity,
                 stripe: 3,
                 writes,
-            }];
+            }]
+        };
+        for writes in [
+            vec![write(Column::Data(0), 0)],
+            vec![write(Column::Data(2), 1024), write(Column::Parity(1), 1024)],
+        ] {
+            let entries = entry(writes);
+            let batch = decode_batch(&encode(&entries), uuid(3)).unwrap();
+            assert_eq!(batch.entries, entries);
+        }
+        for writes in [
+            vec![],
+            vec![write(Column::Parity(0), 0)],
+            vec![write(Column::Data(0), 0); 2],
+            vec![write(Column::Data(0), 0), write(Column::Parity(0), 0)],
+            vec![write(Column::Data(0), 0), write(Column::Parity(1), 512)],
+            vec![write(Column::Parity(1), 0), write(Column::Data(0), 0)],
+            vec![
+                write(Column::Data(0), 0),
+                write(Column::Parity(1), 0),
+                write(Column::Parity(1), 0),
+            ],
+        ] {
             assert!(matches!(
-                decode_batch(&encode(&entries), uuid(3)),
+                decode_batch(&encode(&entry(writes)), uuid(3)),
                 Err(BatchError::Malformed(_))
             ));
         }

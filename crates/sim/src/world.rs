@@ -43,8 +43,8 @@ pub struct Stats {
     /// rebuilt the map from the group.
     pub thin_no_space: u64,
     pub thin_recoveries: u64,
-    /// Journal batches written to one member alone, over every engine of the run.
-    pub journal_one_copy_batches: u64,
+    /// Journal batches written to their parity members alone, over every engine of the run.
+    pub journal_home_batches: u64,
 }
 
 struct Device {
@@ -247,8 +247,7 @@ impl World {
     /// Adds the running engine's counters to the run's statistics before it goes away.
     fn count_engine(&mut self) {
         if let Some(engine) = &self.engine {
-            self.stats.journal_one_copy_batches +=
-                engine.status().counters.journal_one_copy_batches;
+            self.stats.journal_home_batches += engine.status().counters.journal_home_batches;
         }
     }
 

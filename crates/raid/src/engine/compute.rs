@@ -203,6 +203,31 @@ impl Engine {
         }
     }
 
+    /// Adds data chunk `index`'s contribution over a range to parity, or takes it away (the
+    /// same thing in GF(2^8)): `p ^= data` and, if given, `q ^= g^index * data`. Turns a
+    /// stripe's parity into the partial parity of its other data chunks, and back.
+    pub(super) fn fold_data_into_parity(
+        &mut self,
+        index: usize,
+        data: BufferSlice,
+        p: BufferSlice,
+        q: Option<BufferSlice>,
+    ) {
+        let kernel = self.parity.clone();
+        let zeroes = BufferSlice::new(self.zero_buffer, 0, data.len());
+        let mut access = self.pool.access();
+        let data = access.get(data);
+        let zeroes = access.get(zeroes);
+        match q {
+            None => kernel.p_update(&[data], &[zeroes], access.get_mut(p)),
+            Some(q) => {
+                let p = access.get_mut(p);
+                let q = access.get_mut(q);
+                kernel.pq_update(index, &[data], &[zeroes], p, q);
+            }
+        }
+    }
+
     /// Recovers lost data chunks: `data[i]` holds chunk `i` (read) or receives it (lost).
     pub(super) fn recover_data(
         &mut self,

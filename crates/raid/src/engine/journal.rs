@@ -110,9 +110,9 @@ struct BatchState {
     /// Copy writes outstanding (each a FUA write).
     pending_io: u32,
     copies_ok: u32,
-    /// Written alone to its entries' parity member (`Engine::batch_home`): a replay after that
-    /// member is lost will not see the retirement point it carries, so that point is not
-    /// durable for the rules that depend on one.
+    /// Written alone to its entries' parity members (`Engine::batch_home`): a replay after
+    /// those members are lost will not see the retirement point it carries, so that point is
+    /// not durable for the rules that depend on one.
     home: bool,
     carried_retired_below: u64,
     intents: Vec<u64>,
@@ -423,23 +423,26 @@ impl Engine {
         blocked
     }
 
-    /// The partial parity entry of a RAID5 update of one data column on an optimal group: the
-    /// XOR of the new parity and the new data over the written range, which is the parity of
-    /// the other data columns there (half the bytes of a redo entry). `None` when a redo entry
-    /// is needed.
+    /// The partial parity entry of an update of one data column on an optimal group: the new
+    /// parity without the new data over the written range, which is the parity of the other
+    /// data columns there (P, and on RAID6 Q as a second write). Half the bytes of a redo entry
+    /// on RAID5, two thirds on RAID6. The P part goes into `spare`; the Q part into a buffer
+    /// taken here and left in `scratch`, freed with the op. `None` when a redo entry is needed.
     pub(super) fn partial_parity_entry(
         &mut self,
         stripe: u64,
         fragments: &[Fragment],
         parity_writes: &[(usize, BufferSlice, u64)],
         spare: Option<BufferSlice>,
-    ) -> Option<(Column, u64, BufferSlice)> {
-        let ([fragment], [(0, parity, parity_start)]) = (fragments, parity_writes) else {
+        scratch: &mut Vec<BufferId>,
+    ) -> Option<Vec<(Column, u64, BufferSlice)>> {
+        let [fragment] = fragments else {
             return None;
         };
         // Replay needs the written column and parity on their members, and every other column
         // as it is: a degraded stripe keeps redo entries.
-        if self.geometry.parity_chunks() != 1
+        let parity_chunks = self.geometry.parity_chunks();
+        if parity_writes.len() != parity_chunks
             || self.members.group_state(&self.geometry) != GroupState::Optimal
         {
             return None;
@@ -450,17 +453,31 @@ impl Engine {
             return None;
         }
         let len = fragment.range.len() as usize;
-        let at = fragment.range.start_bytes.checked_sub(*parity_start)? as usize;
-        let out = spare.filter(|spare| spare.len() == len)?;
-        if at + len > parity.len() {
-            return None;
+        let mut new_parity = [None; 2];
+        for (which, &(column, parity, parity_start)) in parity_writes.iter().enumerate() {
+            let at = fragment.range.start_bytes.checked_sub(parity_start)? as usize;
+            if column != which || at + len > parity.len() {
+                return None;
+            }
+            new_parity[which] = Some(parity.sub(at, len));
         }
-        self.generate_parity(&[parity.sub(at, len), fragment.buffer], &[out]);
-        Some((
-            Column::Data(fragment.index),
-            fragment.range.start_bytes,
-            out,
-        ))
+        let out_p = spare.filter(|spare| spare.len() == len)?;
+        let start = fragment.range.start_bytes;
+        let p = new_parity[0].expect("P is among the parity writes");
+        let mut writes = vec![(Column::Data(fragment.index), start, out_p)];
+        match new_parity[1] {
+            None => self.generate_parity(&[p, fragment.buffer], &[out_p]),
+            Some(q) => {
+                let id = self.pool.alloc(len)?;
+                scratch.push(id);
+                let out_q = self.pool.full(id);
+                self.copy_slice(p, out_p);
+                self.copy_slice(q, out_q);
+                self.fold_data_into_parity(fragment.index, fragment.buffer, out_p, Some(out_q));
+                writes.push((Column::Parity(1), start, out_q));
+            }
+        }
+        Some(writes)
     }
 
     /// Queues the op's entry for the next batch.
@@ -678,12 +695,19 @@ impl Engine {
         &mut self,
         len: u64,
         reserve: u64,
-        home: Option<usize>,
+        home: Option<&[usize]>,
     ) -> Option<Vec<(usize, u64)>> {
         if let Some(home) = home {
             let ring_bytes = self.journal.ring_bytes;
-            if let Some(start) = self.journal.ring(home).place(ring_bytes, len, reserve) {
-                return Some(vec![(home, start)]);
+            let places: Vec<(usize, u64)> = home
+                .iter()
+                .map_while(|&member| {
+                    let start = self.journal.ring(member).place(ring_bytes, len, reserve)?;
+                    Some((member, start))
+                })
+                .collect();
+            if places.len() == home.len() {
+                return Some(places);
             }
         }
         if let Some(device) = self.members.journal_device() {
@@ -716,27 +740,29 @@ impl Engine {
         Some(chosen)
     }
 
-    /// The one member a batch may be written to alone, instead of `parity + 1` members in
-    /// rotation: the parity member of every entry's stripe, when all share it. As with md's
-    /// partial parity log, losing that member makes the entries unnecessary (every data chunk
-    /// of their stripes is whole on its member), and any other loss leaves them readable.
+    /// The members a batch may be written to alone, instead of `parity + 1` members in
+    /// rotation: the parity members of every entry's stripe (P on RAID5; P and Q on RAID6),
+    /// when all share them. As with md's partial parity log, losing those members makes the
+    /// entries unnecessary (every data chunk of their stripes is whole on its member), and any
+    /// other loss within the group's redundancy leaves a copy readable.
     ///
-    /// Only for RAID5 on an optimal group without a journal device, and only for entries whose
-    /// replay rewrites nothing but parity (partial parity and intents, not redo). A stripe with
-    /// a redo entry at or above the durable retirement point keeps rotation: were this batch
-    /// lost with its member, replay could rewrite that older redo entry's data over this
-    /// update's. For the same reason a home batch's own retirement point does not count as
-    /// durable (`BatchState::home`), and a batch with a retirement point to make durable goes
-    /// in rotation, so ring space keeps being reclaimed.
-    fn batch_home(&self, entries: &[EntryDescriptor]) -> Option<usize> {
-        if self.geometry.parity_chunks() != 1
+    /// Only on an optimal group without a journal device, and only for entries whose replay
+    /// rewrites nothing but parity (partial parity and intents, not redo). A stripe with a redo
+    /// entry at or above the durable retirement point keeps rotation: were this batch lost with
+    /// its members, replay could rewrite that older redo entry's data over this update's. For
+    /// the same reason a home batch's own retirement point does not count as durable
+    /// (`BatchState::home`), and a batch with a retirement point to make durable goes in
+    /// rotation, so ring space keeps being reclaimed.
+    fn batch_home(&self, entries: &[EntryDescriptor]) -> Option<Vec<usize>> {
+        let parity_chunks = self.geometry.parity_chunks();
+        if parity_chunks == 0
             || self.members.journal_device().is_some()
             || self.members.group_state(&self.geometry) != GroupState::Optimal
             || self.journal.retired_below() > self.journal.durable_retired_below
         {
             return None;
         }
-        let mut home = None;
+        let mut home: Option<Vec<usize>> = None;
         for entry in entries {
             if !matches!(entry.kind, EntryKind::PartialParity | EntryKind::Intent) {
                 return None;
@@ -744,13 +770,18 @@ impl Engine {
             if self.journal.redo_replayable(entry.stripe) {
                 return None;
             }
-            let [(member, _)] = self.column_writers(entry.stripe, Column::Parity(0))[..] else {
-                return None;
-            };
-            if home.is_some_and(|home| home != member) {
+            let mut members = Vec::with_capacity(parity_chunks);
+            for which in 0..parity_chunks {
+                let [(member, _)] = self.column_writers(entry.stripe, Column::Parity(which))[..]
+                else {
+                    return None;
+                };
+                members.push(member);
+            }
+            if home.as_ref().is_some_and(|home| *home != members) {
                 return None;
             }
-            home = Some(member);
+            home = Some(members);
         }
         home
     }
@@ -772,7 +803,7 @@ impl Engine {
         }
         let total = format::batch_bytes(&descriptors);
         let home = self.batch_home(&descriptors);
-        let Some(places) = self.place_batch(total, 0, home) else {
+        let Some(places) = self.place_batch(total, 0, home.as_deref()) else {
             self.journal.space_wanted = true;
             return false;
         };
@@ -849,7 +880,7 @@ impl Engine {
                 buffer: Some(buffer),
                 pending_io: u32::try_from(places.len()).expect("copies fit u32"),
                 copies_ok: 0,
-                home: places.len() == 1 && home == Some(places[0].0),
+                home: home.is_some_and(|home| places.iter().map(|&(member, _)| member).eq(home)),
                 carried_retired_below: retired_below,
                 intents,
                 partials,
@@ -983,7 +1014,7 @@ impl Engine {
         let ops = batch.ops.clone();
         let empty = batch.ops_left == 0;
         if batch.home {
-            self.counters.journal_one_copy_batches += 1;
+            self.counters.journal_home_batches += 1;
         } else if batch.copies_ok > 0 {
             self.advance_durable_floor(carried);
         }

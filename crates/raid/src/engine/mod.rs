@@ -170,8 +170,9 @@ pub struct Counters {
     pub resynced_stripes: u64,
     pub scrubbed_bytes: u64,
     pub journal_batches: u64,
-    /// Batches made durable on their stripes' parity member alone (one copy).
-    pub journal_one_copy_batches: u64,
+    /// Batches made durable on their stripes' parity members alone (one copy on RAID5, P and
+    /// Q on RAID6).
+    pub journal_home_batches: u64,
     pub journal_entries: u64,
     /// Bytes written to journal areas, every copy counted.
     pub journal_bytes: u64,

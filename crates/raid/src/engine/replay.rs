@@ -2,10 +2,10 @@
 //! journal area for valid batches (at every assembly, so new batches are numbered above all
 //! found), and if the superblock says the journal covers the group, apply the entries above
 //! the retirement point in sequence order (redo: write the blocks again; partial parity: read
-//! the written data range, XOR, write parity; supplied intent: once the batch's writes are
-//! done, resync the stripe with the journaled contents of its columns that had no member),
-//! recompute the parity of stripes that had full-stripe writes in flight, flush, and only then
-//! trust the stripes (clear the regions awaiting resync).
+//! the written data range, add it to the payload, write parity; supplied intent: once the
+//! batch's writes are done, resync the stripe with the journaled contents of its columns that
+//! had no member), recompute the parity of stripes that had full-stripe writes in flight,
+//! flush, and only then trust the stripes (clear the regions awaiting resync).
 //!
 //! A crash during replay leaves the journal as it was (replay writes only data areas and the
 //! superblock floor comes last), so the next assembly replays again; redo is idempotent.
@@ -29,13 +29,21 @@ pub(crate) enum ReplayIo {
     Write,
 }
 
-/// A partial parity entry being applied: its data range is read into `data`, XORed with the
-/// payload, and written to the parity member.
+/// A partial parity entry being applied: the range of the column it was made for is read as
+/// the crash left it, and parity is the payload plus that column, written to the parity
+/// members. On RAID6, when that column has no member, P is read instead and the column taken
+/// from it, so that Q is made to agree with P.
 struct PartialParity {
-    data: BufferSlice,
-    payload: BufferSlice,
-    parity_member: usize,
-    parity_offset_bytes: u64,
+    /// The data column the entry was made for.
+    index: usize,
+    /// Where the read lands: that column's range, or P's when `read_is_p`.
+    read: BufferSlice,
+    read_is_p: bool,
+    payload_p: BufferSlice,
+    payload_q: Option<BufferSlice>,
+    /// Members and offsets to write P and Q to.
+    p_writers: Vec<(usize, u64)>,
+    q_writers: Vec<(usize, u64)>,
 }
 
 /// The batch being applied.
@@ -269,11 +277,11 @@ impl Engine {
                         }
                     }
                     let newest = replay.found.keys().next_back().map_or(0, |&s| s + 1);
-                    // A batch written to one member alone (`Engine::batch_home`) is not seen
-                    // when that member is absent or its area unreadable, and must never share
-                    // a number with a new batch should the member come back. Every batch above
-                    // the newest seen is on that one member's ring (any other has a copy that
-                    // was read, and a ring's newest batch is never overwritten), so skipping
+                    // A batch written to its parity members alone (`Engine::batch_home`) is
+                    // not seen when they are absent or their areas unreadable, and must never
+                    // share a number with a new batch should one come back. Every batch above
+                    // the newest seen is on such an absent member's ring (any other has a copy
+                    // that was read, and a ring's newest batch is never overwritten), so skipping
                     // as many numbers as the ring can hold, plus the batches torn in flight,
                     // numbers new batches above it (a batch below the floor may have been
                     // overwritten, so the ring's batches are counted from there).
@@ -498,7 +506,8 @@ impl Engine {
                 continue;
             }
             if !self.entry_in_geometry(entry)
-                || (entry.kind == EntryKind::PartialParity && self.geometry.parity_chunks() != 1)
+                || (entry.kind == EntryKind::PartialParity
+                    && entry.writes.len() != self.geometry.parity_chunks())
             {
                 valid = false;
                 break;
@@ -506,28 +515,60 @@ impl Engine {
             replayed += 1;
             if entry.kind == EntryKind::PartialParity {
                 let write = entry.writes[0];
-                let payload = self.slice(buffer, offsets[0], write.len_bytes);
-                let data = self.column_reader(entry.stripe, write.column);
-                let parity = self.column_writers(entry.stripe, Column::Parity(0));
+                let Column::Data(index) = write.column else {
+                    unreachable!("decoding checks a partial parity entry's columns")
+                };
+                let payload_p = self.slice(buffer, offsets[0], write.len_bytes);
+                let payload_q = offsets
+                    .get(1)
+                    .map(|&at| self.slice(buffer, at, write.len_bytes));
+                let within = |writers: Vec<(usize, u64)>| -> Vec<(usize, u64)> {
+                    writers
+                        .into_iter()
+                        .map(|(member, offset)| (member, offset + write.within_bytes))
+                        .collect()
+                };
+                let mut p_writers = within(self.column_writers(entry.stripe, Column::Parity(0)));
+                let q_writers = match payload_q {
+                    Some(_) => within(self.column_writers(entry.stripe, Column::Parity(1))),
+                    None => Vec::new(),
+                };
                 // Without the written column its sectors are each old or new in parity as it
-                // is; without parity there is nothing to make agree.
-                if let (Some((member, offset)), [(parity_member, parity_offset)]) =
-                    (data, &parity[..])
-                {
-                    let scratch = self
-                        .pool
-                        .alloc(payload.len())
-                        .expect("a chunk fits the pool at start-up");
-                    scratch_buffers.push(scratch);
-                    let data = self.pool.full(scratch);
-                    reads.push((member, offset + write.within_bytes, data));
-                    waiting.push(PartialParity {
-                        data,
-                        payload,
-                        parity_member: *parity_member,
-                        parity_offset_bytes: parity_offset + write.within_bytes,
-                    });
+                // is. On RAID5 that is all; on RAID6 P and Q may each hold a different mix, so
+                // the column is taken from P and Q made to agree with it.
+                let source = match self.column_reader(entry.stripe, write.column) {
+                    Some(reader) => Some((reader, false)),
+                    None if !q_writers.is_empty() => self
+                        .column_reader(entry.stripe, Column::Parity(0))
+                        .map(|reader| (reader, true)),
+                    None => None,
+                };
+                let Some(((member, offset), read_is_p)) = source else {
+                    continue;
+                };
+                if read_is_p {
+                    p_writers.clear();
                 }
+                if p_writers.is_empty() && q_writers.is_empty() {
+                    // No parity to make agree.
+                    continue;
+                }
+                let scratch = self
+                    .pool
+                    .alloc(payload_p.len())
+                    .expect("a chunk fits the pool at start-up");
+                scratch_buffers.push(scratch);
+                let read = self.pool.full(scratch);
+                reads.push((member, offset + write.within_bytes, read));
+                waiting.push(PartialParity {
+                    index,
+                    read,
+                    read_is_p,
+                    payload_p,
+                    payload_q,
+                    p_writers,
+                    q_writers,
+                });
                 continue;
             }
             for (write, &payload) in entry.writes.iter().zip(offsets) {
@@ -582,8 +623,8 @@ impl Engine {
         self.finish_batch_if_done();
     }
 
-    /// Every data read of the batch's partial parity entries finished: parity is the data XOR
-    /// the partial parity, written to the parity member (not at all if a read failed).
+    /// Every read of the batch's partial parity entries finished: parity is the payload plus
+    /// the data column, written to the parity members (not at all if a read failed).
     fn write_partial_parities(&mut self) {
         let replay = self.journal.replay.as_mut().expect("replay");
         let current = replay.current.as_mut().expect("a batch being applied");
@@ -592,14 +633,37 @@ impl Engine {
         let mut writes = Vec::new();
         let mut scratch = Vec::new();
         for partial in partials.into_iter().filter(|_| reads_ok) {
-            let parity = self
-                .pool
-                .alloc(partial.data.len())
-                .expect("a chunk fits the pool at start-up");
-            scratch.push(parity);
-            let parity = self.pool.full(parity);
-            self.generate_parity(&[partial.data, partial.payload], &[parity]);
-            writes.push((partial.parity_member, partial.parity_offset_bytes, parity));
+            let len = partial.read.len();
+            let mut take = |engine: &mut Engine| {
+                let id = engine
+                    .pool
+                    .alloc(len)
+                    .expect("a chunk fits the pool at start-up");
+                scratch.push(id);
+                engine.pool.full(id)
+            };
+            let p = take(self);
+            let q = partial.payload_q.map(|_| take(self));
+            let data = if partial.read_is_p {
+                let data = take(self);
+                self.generate_parity(&[partial.read, partial.payload_p], &[data]);
+                data
+            } else {
+                partial.read
+            };
+            self.copy_slice(partial.payload_p, p);
+            if let (Some(q), Some(payload_q)) = (q, partial.payload_q) {
+                self.copy_slice(payload_q, q);
+            }
+            self.fold_data_into_parity(partial.index, data, p, q);
+            for (member, offset_bytes) in partial.p_writers {
+                writes.push((member, offset_bytes, p));
+            }
+            if let Some(q) = q {
+                for (member, offset_bytes) in partial.q_writers {
+                    writes.push((member, offset_bytes, q));
+                }
+            }
         }
         let current = self.applying();
         current.pending += u32::try_from(writes.len()).expect("writes fit u32");

@@ -1283,10 +1283,15 @@ impl Engine {
             }
         }
         if op.hold_writes
-            && let Some(partial) =
-                self.partial_parity_entry(op.stripe, &fragments, &parity_writes, spare)
+            && let Some(partial) = self.partial_parity_entry(
+                op.stripe,
+                &fragments,
+                &parity_writes,
+                spare,
+                &mut op.scratch,
+            )
         {
-            op.journal_writes = vec![partial];
+            op.journal_writes = partial;
             op.journal_partial_parity = true;
             op.full_stripe = false;
         } else if op.hold_writes {
