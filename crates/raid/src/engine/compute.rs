@@ -213,19 +213,8 @@ impl Engine {
         p: BufferSlice,
         q: Option<BufferSlice>,
     ) {
-        let kernel = self.parity.clone();
         let zeroes = BufferSlice::new(self.zero_buffer, 0, data.len());
-        let mut access = self.pool.access();
-        let data = access.get(data);
-        let zeroes = access.get(zeroes);
-        match q {
-            None => kernel.p_update(&[data], &[zeroes], access.get_mut(p)),
-            Some(q) => {
-                let p = access.get_mut(p);
-                let q = access.get_mut(q);
-                kernel.pq_update(index, &[data], &[zeroes], p, q);
-            }
-        }
+        self.update_parity(index, data, zeroes, Some(p), q, None);
     }
 
     /// Recovers lost data chunks: `data[i]` holds chunk `i` (read) or receives it (lost).

@@ -762,7 +762,7 @@ impl Engine {
         {
             return None;
         }
-        let mut home: Option<Vec<usize>> = None;
+        let mut home: Option<[usize; 2]> = None;
         for entry in entries {
             if !matches!(entry.kind, EntryKind::PartialParity | EntryKind::Intent) {
                 return None;
@@ -770,20 +770,20 @@ impl Engine {
             if self.journal.redo_replayable(entry.stripe) {
                 return None;
             }
-            let mut members = Vec::with_capacity(parity_chunks);
-            for which in 0..parity_chunks {
+            let mut members = [usize::MAX; 2];
+            for (which, slot) in members.iter_mut().enumerate().take(parity_chunks) {
                 let [(member, _)] = self.column_writers(entry.stripe, Column::Parity(which))[..]
                 else {
                     return None;
                 };
-                members.push(member);
+                *slot = member;
             }
-            if home.as_ref().is_some_and(|home| *home != members) {
+            if home.is_some_and(|home| home != members) {
                 return None;
             }
             home = Some(members);
         }
-        home
+        home.map(|members| members[..parity_chunks].to_vec())
     }
 
     /// Seals the oldest open entries into a batch and starts writing it. False when it must
