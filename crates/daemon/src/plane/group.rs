@@ -207,14 +207,20 @@ impl DataPlane {
     pub(super) fn process_engines(&mut self) {
         loop {
             let mut progressed = false;
-            for (group, command, result) in std::mem::take(&mut self.immediate) {
+            // Completing cannot add to `immediate` (only carrying out commands does), so the
+            // list goes back afterwards with its capacity.
+            let mut immediate = std::mem::take(&mut self.immediate);
+            for (group, command, result) in immediate.drain(..) {
                 if let Some(group) = self.groups.get_mut(&group) {
                     group.engine.complete(command, result);
                 }
                 progressed = true;
             }
-            let ids: Vec<u32> = self.groups.keys().copied().collect();
-            for id in ids {
+            self.immediate = immediate;
+            let mut ids = std::mem::take(&mut self.group_ids);
+            ids.clear();
+            ids.extend(self.groups.keys().copied());
+            for &id in &ids {
                 while let Some(command) = self
                     .groups
                     .get_mut(&id)
@@ -229,6 +235,7 @@ impl DataPlane {
                     }
                 }
             }
+            self.group_ids = ids;
             progressed |= self.pump_thin();
             progressed |= self.pump_ublk();
             self.send_compute();

@@ -127,6 +127,14 @@ pub struct DataPlane {
         Result<(), tessera_raid::engine::MemberError>,
     )>,
     completions: Vec<Completion>,
+    /// Reply header buffers whose sends finished, kept for the next replies so that
+    /// answering a request allocates nothing once the plane is warm.
+    spare_bytes: Vec<Vec<u8>>,
+    /// Group ids of the current `process_engines` pass, kept between passes for the same
+    /// reason.
+    group_ids: Vec<u32>,
+    /// Connection keys of the current `flush_connections` pass, likewise.
+    connection_keys: Vec<u64>,
     /// When each group's last scrub ended.
     pub(crate) scrub_finished_unix_ms: BTreeMap<u32, u64>,
     /// Host I/O counters per virtual drive (by name), for `/metrics`.
@@ -260,12 +268,22 @@ mod tokens {
         }
 
         pub fn keys(&self) -> Vec<u64> {
-            self.entries
-                .iter()
-                .enumerate()
-                .filter(|(_, (_, value))| value.is_some())
-                .map(|(index, (generation, _))| (generation << 24) | index as u64)
-                .collect()
+            let mut keys = Vec::new();
+            self.keys_into(&mut keys);
+            keys
+        }
+
+        /// The keys of every live entry, into `keys` (cleared first): for loops that run
+        /// on every pass of the plane and should not allocate.
+        pub fn keys_into(&self, keys: &mut Vec<u64>) {
+            keys.clear();
+            keys.extend(
+                self.entries
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (_, value))| value.is_some())
+                    .map(|(index, (generation, _))| (generation << 24) | index as u64),
+            );
         }
 
         pub fn len(&self) -> usize {
@@ -336,6 +354,9 @@ impl DataPlane {
             started: Instant::now(),
             stopping: false,
             immediate: Vec::new(),
+            spare_bytes: Vec::new(),
+            group_ids: Vec::new(),
+            connection_keys: Vec::new(),
             completions: Vec::new(),
             scrub_finished_unix_ms: BTreeMap::new(),
             vd_io: BTreeMap::new(),

@@ -353,6 +353,8 @@ impl DataPlane {
             if let Some((group, buffer, _)) = outgoing.data {
                 self.free_buffer(Some(group), buffer);
             }
+            recycle_bytes(&mut self.spare_bytes, outgoing.head);
+            recycle_bytes(&mut self.spare_bytes, outgoing.tail);
         }
         if let Some(connection) = self.connections.get_mut(key) {
             connection.sending = sent;
@@ -366,7 +368,9 @@ impl DataPlane {
 
     /// Starts queued sends on every connection (after engines produced replies).
     pub(super) fn flush_connections(&mut self) {
-        for key in self.connections.keys() {
+        let mut keys = std::mem::take(&mut self.connection_keys);
+        self.connections.keys_into(&mut keys);
+        for &key in &keys {
             let stalled = self.connections.get(key).is_some_and(|c| c.stalled);
             if stalled {
                 self.connections.get_mut(key).expect("live").stalled = false;
@@ -375,6 +379,7 @@ impl DataPlane {
                 self.start_send(key);
             }
         }
+        self.connection_keys = keys;
     }
 
     /// Moves a connection forward: handshake bytes, requests, payloads, sends, receives.
@@ -844,10 +849,10 @@ impl DataPlane {
             Ok(Some(buffer)) => Some(buffer),
             _ => None,
         };
+        let mut head = spare_bytes(&mut self.spare_bytes);
+        let mut tail = spare_bytes(&mut self.spare_bytes);
         let delivered = self.deliver(&pending, |request, negotiated| match reply.result {
             Ok(Some(buffer)) => {
-                let mut head = Vec::new();
-                let mut tail = Vec::new();
                 let mut read = ReadReply::new(request, negotiated);
                 read.data(&mut head, request.offset_bytes, request.length_bytes);
                 if read.is_structured() {
@@ -859,11 +864,19 @@ impl DataPlane {
                     tail,
                 }
             }
-            Ok(None) => Outgoing {
-                head: command_reply(request, negotiated, Ok(())),
-                data: None,
-                tail: Vec::new(),
-            },
+            Ok(None) => {
+                encode_command_reply(
+                    &mut head,
+                    request.cookie,
+                    negotiated.structured_replies,
+                    Ok(()),
+                );
+                Outgoing {
+                    head,
+                    data: None,
+                    tail,
+                }
+            }
             Err(error) => {
                 let errno = match error {
                     HostError::OutOfRange => Errno::Inval,
@@ -917,7 +930,11 @@ impl DataPlane {
             batch_bytes += next.len_bytes();
             match batch.last_mut() {
                 // Headers without data join the previous header: one part, not one each.
-                Some(last) if merges => last.head.extend_from_slice(&next.head),
+                Some(last) if merges => {
+                    last.head.extend_from_slice(&next.head);
+                    recycle_bytes(&mut self.spare_bytes, next.head);
+                    recycle_bytes(&mut self.spare_bytes, next.tail);
+                }
                 _ => batch.push(next),
             }
         }
@@ -1122,6 +1139,27 @@ fn block_status_reply(
         head,
         data: None,
         tail: Vec::new(),
+    }
+}
+
+/// Largest reply header buffer kept for reuse (merged headers of a deep queue fit).
+const SPARE_BYTES_MAX_CAPACITY: usize = 64 << 10;
+/// How many reply header buffers are kept for reuse.
+const SPARE_BYTES_MAX: usize = 1024;
+
+/// An empty buffer for a reply header, reused when one is spare.
+fn spare_bytes(spares: &mut Vec<Vec<u8>>) -> Vec<u8> {
+    spares.pop().unwrap_or_else(|| Vec::with_capacity(64))
+}
+
+/// Keeps a sent reply header's buffer for a later reply.
+fn recycle_bytes(spares: &mut Vec<Vec<u8>>, mut bytes: Vec<u8>) {
+    if bytes.capacity() > 0
+        && bytes.capacity() <= SPARE_BYTES_MAX_CAPACITY
+        && spares.len() < SPARE_BYTES_MAX
+    {
+        bytes.clear();
+        spares.push(bytes);
     }
 }
 
