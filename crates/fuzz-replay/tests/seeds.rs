@@ -928,12 +928,13 @@ fn journal_seeds() -> Vec<Seed> {
                 within_bytes: 512,
                 len_bytes: 1024,
             },
-        ],
+        ]
+        .into(),
     };
     let intent = EntryDescriptor {
         kind: EntryKind::Intent,
         stripe: 9,
-        writes: Vec::new(),
+        writes: Default::default(),
     };
     vec![
         seed(

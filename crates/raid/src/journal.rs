@@ -91,8 +91,12 @@ pub struct WriteDescriptor {
 pub struct EntryDescriptor {
     pub kind: EntryKind,
     pub stripe: u64,
-    pub writes: Vec<WriteDescriptor>,
+    pub writes: EntryWrites,
 }
+
+/// An entry's writes: inline up to three (data, P and Q of a redo entry on RAID6), so that
+/// journaling a small update allocates nothing for them.
+pub type EntryWrites = smallvec::SmallVec<[WriteDescriptor; 3]>;
 
 /// The fixed fields of a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -343,7 +347,7 @@ pub fn decode_batch(bytes: &[u8], group_uuid: Uuid) -> Result<Batch, BatchError>
         let mut entry = EntryDescriptor {
             kind,
             stripe,
-            writes: Vec::new(),
+            writes: EntryWrites::new(),
         };
         let mut offsets = Vec::new();
         for _ in 0..writes {
@@ -424,12 +428,13 @@ mod tests {
                         within_bytes: 4096,
                         len_bytes: 1024,
                     },
-                ],
+                ]
+                .into(),
             },
             EntryDescriptor {
                 kind: EntryKind::Intent,
                 stripe: 9,
-                writes: Vec::new(),
+                writes: EntryWrites::new(),
             },
             EntryDescriptor {
                 kind: EntryKind::PartialParity,
@@ -438,7 +443,8 @@ mod tests {
                     column: Column::Data(1),
                     within_bytes: 512,
                     len_bytes: 512,
-                }],
+                }]
+                .into(),
             },
         ]
     }
@@ -472,11 +478,11 @@ mod tests {
             within_bytes,
             len_bytes: 512,
         };
-        let entry = |writes| {
+        let entry = |writes: Vec<WriteDescriptor>| {
             vec![EntryDescriptor {
                 kind: EntryKind::PartialParity,
                 stripe: 3,
-                writes,
+                writes: writes.into(),
             }]
         };
         for writes in [
@@ -517,7 +523,8 @@ mod tests {
                     column,
                     within_bytes: 0,
                     len_bytes: 1024,
-                }],
+                }]
+                .into(),
             }]
         };
         let entries = supplied(Column::Data(3));
@@ -576,7 +583,8 @@ mod tests {
                 column: Column::Data(0),
                 within_bytes: 0,
                 len_bytes: 8192,
-            }],
+            }]
+            .into(),
         }];
         let image = encode(&entries);
         assert_eq!(image.len(), 12288);

@@ -102,8 +102,12 @@ pub struct WritePlan {
     /// The chunk range over which parity changes (the hull of the written ranges).
     pub parity_range: ChunkRange,
     /// What to read first, in column order.
-    pub reads: Vec<(PlanColumn, ChunkRange)>,
+    pub reads: PlanReads,
 }
+
+/// Reads of a plan: inline up to a stripe of ten members read in one piece each, so planning
+/// a stripe write takes no allocation on the usual groups.
+pub type PlanReads = smallvec::SmallVec<[(PlanColumn, ChunkRange); 10]>;
 
 impl WritePlan {
     pub fn read_bytes(&self) -> u64 {
@@ -153,12 +157,12 @@ pub fn plan_write(shape: StripeWrite<'_>) -> Result<WritePlan, PlanError> {
         return Ok(WritePlan {
             strategy: WriteStrategy::DataOnly,
             parity_range,
-            reads: Vec::new(),
+            reads: PlanReads::new(),
         });
     }
 
     // Reconstruct-write needs every data chunk not fully overwritten over the parity range.
-    let mut rcw_reads = Vec::new();
+    let mut rcw_reads = PlanReads::new();
     let mut rcw_possible = true;
     for (index, written) in shape.written.iter().enumerate() {
         let covered = written.is_some_and(|w| w.contains(parity_range));
@@ -193,7 +197,7 @@ pub fn plan_write(shape: StripeWrite<'_>) -> Result<WritePlan, PlanError> {
             .iter()
             .zip(shape.parity_readable)
             .all(|(&writable, &readable)| !writable || readable);
-    let rmw_reads: Vec<_> = shape
+    let rmw_reads: PlanReads = shape
         .written
         .iter()
         .enumerate()
@@ -240,11 +244,7 @@ pub fn plan_write(shape: StripeWrite<'_>) -> Result<WritePlan, PlanError> {
 }
 
 /// Every surviving column over `range`: what recovering lost data chunks needs.
-fn recover_reads(
-    data_readable: &[bool],
-    parity_readable: &[bool],
-    range: ChunkRange,
-) -> Vec<(PlanColumn, ChunkRange)> {
+fn recover_reads(data_readable: &[bool], parity_readable: &[bool], range: ChunkRange) -> PlanReads {
     let data = data_readable
         .iter()
         .enumerate()
@@ -374,8 +374,8 @@ mod tests {
         let p = plan(&[None, r(8, 16), None, None], &[true; 4], &[true]).unwrap();
         assert_eq!(p.strategy, WriteStrategy::ReadModifyWrite);
         assert_eq!(
-            p.reads,
-            vec![
+            p.reads[..],
+            [
                 (PlanColumn::Data(1), ChunkRange::new(8, 16)),
                 (PlanColumn::Parity(0), ChunkRange::new(8, 16))
             ]
@@ -393,8 +393,8 @@ mod tests {
         let p = plan(&[full, full, full, None], &[true; 4], &[true]).unwrap();
         assert_eq!(p.strategy, WriteStrategy::ReconstructWrite);
         assert_eq!(
-            p.reads,
-            vec![(PlanColumn::Data(3), ChunkRange::new(0, CHUNK))]
+            p.reads[..],
+            [(PlanColumn::Data(3), ChunkRange::new(0, CHUNK))]
         );
     }
 
@@ -434,8 +434,8 @@ mod tests {
         .unwrap();
         assert_eq!(p.strategy, WriteStrategy::RecoverThenWrite);
         assert_eq!(
-            p.reads,
-            vec![
+            p.reads[..],
+            [
                 (PlanColumn::Data(2), ChunkRange::new(0, 8)),
                 (PlanColumn::Data(3), ChunkRange::new(0, 8)),
                 (PlanColumn::Parity(0), ChunkRange::new(0, 8)),

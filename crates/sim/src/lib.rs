@@ -4,6 +4,7 @@
 //! model, check parity when quiet, and require every request to finish. A failing seed
 //! replays exactly.
 
+pub mod closed_loop;
 pub mod config;
 pub mod harness;
 pub mod member;

@@ -232,7 +232,7 @@ impl Engine {
         while cursor < end {
             let (stripe, _, _) = self.geometry.locate(cursor);
             let stripe_end = self.geometry.stripe_offset_bytes(stripe + 1).min(end);
-            let mut fragments = Vec::new();
+            let mut fragments = self.new_fragments();
             let mut at = cursor;
             while at < stripe_end {
                 let (_, index, within) = self.geometry.locate(at);
@@ -303,7 +303,7 @@ impl Engine {
         while cursor < end {
             let (stripe, _, _) = self.geometry.locate(cursor);
             let stripe_end = self.geometry.stripe_offset_bytes(stripe + 1).min(end);
-            let mut fragments = Vec::new();
+            let mut fragments = self.new_fragments();
             let mut at = cursor;
             while at < stripe_end {
                 let (_, index, within) = self.geometry.locate(at);
@@ -347,13 +347,14 @@ impl Engine {
                     op.stage = Stage::Gate;
                     self.ready.push_back(op_id);
                 }
+                self.recycle_fragments(fragments);
                 return;
             }
         }
         let region = self.regions.region_of_stripe(stripe, &self.geometry);
-        let op = StripeOp::new(stripe, region, Kind::write(fragments));
+        let op = self.new_stripe_op(stripe, region, Kind::write(fragments));
         let full = op.covers_full_stripe(self.geometry.data_chunks(), self.geometry.chunk_bytes());
-        let op_id = self.ops.insert(Box::new(op));
+        let op_id = self.ops.insert(op);
         if self.locks.acquire(stripe, op_id) {
             let op = self.ops.get_mut(op_id).expect("new op is live");
             if gather_us > 0 && !full {
@@ -554,8 +555,7 @@ impl Engine {
 
     /// Gathering writes whose window expired start now.
     pub(super) fn release_gathering_ops(&mut self) {
-        for key in self.ops.keys() {
-            let op = self.ops.get_mut(key).expect("live op");
+        for (key, op) in self.ops.iter_mut() {
             if let Stage::Gathering { until_us } = op.stage
                 && until_us <= self.now_us
             {
@@ -567,9 +567,8 @@ impl Engine {
 
     pub(super) fn gathering_deadline(&self) -> Option<u64> {
         self.ops
-            .keys()
-            .into_iter()
-            .filter_map(|key| match self.ops.get(key)?.stage {
+            .iter()
+            .filter_map(|(_, op)| match op.stage {
                 Stage::Gathering { until_us } => Some(until_us),
                 _ => None,
             })

@@ -87,7 +87,7 @@ impl Ring {
 struct OpenEntry {
     op: OpId,
     descriptor: EntryDescriptor,
-    payload: Vec<BufferSlice>,
+    payload: smallvec::SmallVec<[BufferSlice; 3]>,
     region: u64,
 }
 
@@ -104,7 +104,7 @@ enum BatchStage {
 
 struct BatchState {
     stage: BatchStage,
-    ops: Vec<OpId>,
+    ops: smallvec::SmallVec<[OpId; 8]>,
     ops_left: u32,
     buffer: Option<BufferId>,
     /// Copy writes outstanding (each a FUA write).
@@ -115,9 +115,9 @@ struct BatchState {
     /// not durable for the rules that depend on one.
     home: bool,
     carried_retired_below: u64,
-    intents: Vec<u64>,
+    intents: smallvec::SmallVec<[u64; 8]>,
     /// Stripes of its partial parity entries.
-    partials: Vec<u64>,
+    partials: smallvec::SmallVec<[u64; 8]>,
 }
 
 /// A partial parity entry not yet retired: its data column's in-place write may not be
@@ -175,7 +175,7 @@ pub(crate) struct Journal {
     /// The newest batch touching each region, until it is below the durable retirement point.
     region_sequences: NumberMap<u64>,
     /// Partial parity entries not yet retired, by stripe.
-    partials: NumberMap<Vec<UnretiredPartial>>,
+    partials: NumberMap<smallvec::SmallVec<[UnretiredPartial; 2]>>,
     /// The newest redo entry of each stripe, until it is below the durable retirement point
     /// (until then a replay may rewrite its data).
     redo_sequences: NumberMap<u64>,
@@ -195,7 +195,14 @@ pub(crate) struct Journal {
     /// A superblock generation being written to record a retirement point.
     checkpoint: Option<(u64, u64)>,
     pub(crate) replay: Option<super::replay::Replay>,
+    /// The descriptors and entries of the batch being sealed, kept between batches with
+    /// their capacity.
+    sealing_descriptors: Vec<EntryDescriptor>,
+    sealing_entries: Vec<OpenEntry>,
 }
+
+/// Where a batch's copies go: (member, start within its ring).
+type Places = smallvec::SmallVec<[(usize, u64); 3]>;
 
 /// What operators see of the journal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,6 +250,8 @@ impl Journal {
             flush_running: false,
             checkpoint: None,
             replay: None,
+            sealing_descriptors: Vec::new(),
+            sealing_entries: Vec::new(),
         }
     }
 
@@ -427,7 +436,8 @@ impl Engine {
     /// parity without the new data over the written range, which is the parity of the other
     /// data columns there (P, and on RAID6 Q as a second write). Half the bytes of a redo entry
     /// on RAID5, two thirds on RAID6. The P part goes into `spare`; the Q part into a buffer
-    /// taken here and left in `scratch`, freed with the op. `None` when a redo entry is needed.
+    /// taken here and left in `scratch`, freed with the op. The entry's writes go into
+    /// `writes`; false (and `writes` untouched) when a redo entry is needed.
     pub(super) fn partial_parity_entry(
         &mut self,
         stripe: u64,
@@ -435,7 +445,21 @@ impl Engine {
         parity_writes: &[(usize, BufferSlice, u64)],
         spare: Option<BufferSlice>,
         scratch: &mut Vec<BufferId>,
-    ) -> Option<Vec<(Column, u64, BufferSlice)>> {
+        writes: &mut Vec<(Column, u64, BufferSlice)>,
+    ) -> bool {
+        self.partial_parity_writes(stripe, fragments, parity_writes, spare, scratch, writes)
+            .is_some()
+    }
+
+    fn partial_parity_writes(
+        &mut self,
+        stripe: u64,
+        fragments: &[Fragment],
+        parity_writes: &[(usize, BufferSlice, u64)],
+        spare: Option<BufferSlice>,
+        scratch: &mut Vec<BufferId>,
+        writes: &mut Vec<(Column, u64, BufferSlice)>,
+    ) -> Option<()> {
         let [fragment] = fragments else {
             return None;
         };
@@ -464,9 +488,11 @@ impl Engine {
         let out_p = spare.filter(|spare| spare.len() == len)?;
         let start = fragment.range.start_bytes;
         let p = new_parity[0].expect("P is among the parity writes");
-        let mut writes = vec![(Column::Data(fragment.index), start, out_p)];
-        match new_parity[1] {
-            None => self.generate_parity(&[p, fragment.buffer], &[out_p]),
+        let out_q = match new_parity[1] {
+            None => {
+                self.generate_parity(&[p, fragment.buffer], &[out_p]);
+                None
+            }
             Some(q) => {
                 let id = self.pool.alloc(len)?;
                 scratch.push(id);
@@ -474,10 +500,15 @@ impl Engine {
                 self.copy_slice(p, out_p);
                 self.copy_slice(q, out_q);
                 self.fold_data_into_parity(fragment.index, fragment.buffer, out_p, Some(out_q));
-                writes.push((Column::Parity(1), start, out_q));
+                Some(out_q)
             }
+        };
+        writes.clear();
+        writes.push((Column::Data(fragment.index), start, out_p));
+        if let Some(out_q) = out_q {
+            writes.push((Column::Parity(1), start, out_q));
         }
-        Some(writes)
+        Some(())
     }
 
     /// Queues the op's entry for the next batch.
@@ -487,7 +518,7 @@ impl Engine {
         stripe: u64,
         region: u64,
         kind: EntryKind,
-        writes: Vec<(Column, u64, BufferSlice)>,
+        writes: &[(Column, u64, BufferSlice)],
     ) {
         let descriptor = EntryDescriptor {
             kind,
@@ -504,7 +535,7 @@ impl Engine {
         let payload = if kind.has_payload() {
             writes.iter().map(|&(_, _, buffer)| buffer).collect()
         } else {
-            Vec::new()
+            smallvec::SmallVec::new()
         };
         self.journal.open.push_back(OpenEntry {
             op,
@@ -691,15 +722,10 @@ impl Engine {
     /// Members for the copies of a batch of `len` bytes, with where it goes on each; `None`
     /// when too few have room. A batch with a `home` (see `batch_home`) goes there alone when
     /// its ring has room, and in rotation otherwise.
-    fn place_batch(
-        &mut self,
-        len: u64,
-        reserve: u64,
-        home: Option<&[usize]>,
-    ) -> Option<Vec<(usize, u64)>> {
+    fn place_batch(&mut self, len: u64, reserve: u64, home: Option<&[usize]>) -> Option<Places> {
         if let Some(home) = home {
             let ring_bytes = self.journal.ring_bytes;
-            let places: Vec<(usize, u64)> = home
+            let places: Places = home
                 .iter()
                 .map_while(|&member| {
                     let start = self.journal.ring(member).place(ring_bytes, len, reserve)?;
@@ -715,7 +741,7 @@ impl Engine {
             // when it fails the batches it held are given up (coverage starts over).
             let ring_bytes = self.journal.ring_size(device);
             let start = self.journal.ring(device).place(ring_bytes, len, reserve)?;
-            return Some(vec![(device, start)]);
+            return Some(smallvec::smallvec![(device, start)]);
         }
         let eligible = self.members.data_members();
         if eligible.is_empty() {
@@ -723,7 +749,7 @@ impl Engine {
         }
         let copies = (self.geometry.parity_chunks() + 1).min(eligible.len());
         let ring_bytes = self.journal.ring_bytes;
-        let mut chosen = Vec::new();
+        let mut chosen = Places::new();
         for step in 0..eligible.len() {
             let member = eligible[(self.journal.rotation + step) % eligible.len()];
             if let Some(start) = self.journal.ring(member).place(ring_bytes, len, reserve) {
@@ -753,7 +779,7 @@ impl Engine {
     /// the same reason a home batch's own retirement point does not count as durable
     /// (`BatchState::home`), and a batch with a retirement point to make durable goes in
     /// rotation, so ring space keeps being reclaimed.
-    fn batch_home(&self, entries: &[EntryDescriptor]) -> Option<Vec<usize>> {
+    fn batch_home(&self, entries: &[EntryDescriptor]) -> Option<smallvec::SmallVec<[usize; 2]>> {
         let parity_chunks = self.geometry.parity_chunks();
         if parity_chunks == 0
             || self.members.journal_device().is_some()
@@ -783,7 +809,7 @@ impl Engine {
             }
             home = Some(members);
         }
-        home.map(|members| members[..parity_chunks].to_vec())
+        home.map(|members| members[..parity_chunks].iter().copied().collect())
     }
 
     /// Seals the oldest open entries into a batch and starts writing it. False when it must
@@ -792,7 +818,8 @@ impl Engine {
         let cap = self.batch_cap_bytes();
         let mut count = 0;
         let mut estimate = (format::HEADER_BYTES + 512) as u64;
-        let mut descriptors = Vec::new();
+        let mut descriptors = std::mem::take(&mut self.journal.sealing_descriptors);
+        descriptors.clear();
         for entry in &self.journal.open {
             estimate += format::entry_cost_bytes(&entry.descriptor);
             if count > 0 && estimate > cap {
@@ -805,12 +832,16 @@ impl Engine {
         let home = self.batch_home(&descriptors);
         let Some(places) = self.place_batch(total, 0, home.as_deref()) else {
             self.journal.space_wanted = true;
+            self.journal.sealing_descriptors = descriptors;
             return false;
         };
         let Some(buffer) = self.pool.alloc(total as usize) else {
+            self.journal.sealing_descriptors = descriptors;
             return false;
         };
-        let entries: Vec<OpenEntry> = self.journal.open.drain(..count).collect();
+        let mut entries = std::mem::take(&mut self.journal.sealing_entries);
+        entries.clear();
+        entries.extend(self.journal.open.drain(..count));
         // Taken before this batch's number is handed out: the batch itself is not retired.
         let retired_below = self.journal.retired_below();
         let sequence = self.journal.next_sequence;
@@ -831,9 +862,9 @@ impl Engine {
                 },
             );
         }
-        let mut intents = Vec::new();
-        let mut partials = Vec::new();
-        let mut ops = Vec::new();
+        let mut intents = smallvec::SmallVec::new();
+        let mut partials = smallvec::SmallVec::new();
+        let mut ops = smallvec::SmallVec::new();
         for entry in &entries {
             let stripe = entry.descriptor.stripe;
             match entry.descriptor.kind {
@@ -870,6 +901,9 @@ impl Engine {
         }
         self.counters.journal_batches += 1;
         self.counters.journal_entries += entries.len() as u64;
+        entries.clear();
+        self.journal.sealing_entries = entries;
+        self.journal.sealing_descriptors = descriptors;
         self.start_batch_io(sequence, buffer, &places);
         self.journal.batches.insert(
             sequence,
@@ -1011,7 +1045,7 @@ impl Engine {
             self.pool.free(buffer);
         }
         let carried = batch.carried_retired_below;
-        let ops = batch.ops.clone();
+        let ops = batch.ops.clone(); // inline for batches of up to 8 entries: no allocation
         let empty = batch.ops_left == 0;
         if batch.home {
             self.counters.journal_home_batches += 1;
@@ -1096,22 +1130,22 @@ impl Engine {
     /// Releases the writes an op held back while its entry was committed.
     pub(super) fn release_held_writes(&mut self, id: OpId, op: &mut super::stripe::StripeOp) {
         op.hold_writes = false;
-        let held = std::mem::take(&mut op.held_writes);
-        if op.journal_sequence.is_none()
-            && self.members.group_state(&self.geometry) == GroupState::Failed
-        {
-            // Released without a batch because the group failed: nothing may be written in
-            // place, since a crash before the failure is recorded could bring the group back
-            // and replay would not know these writes (the request fails with EIO).
-            op.stage = Stage::Writing;
-            return;
-        }
-        for (member, command) in held {
-            if self.members.list[member].is_failed() {
-                continue;
+        let mut held = std::mem::take(&mut op.held_writes);
+        let group_failed = self.members.group_state(&self.geometry) == GroupState::Failed;
+        // Released without a batch because the group failed: nothing may be written in place,
+        // since a crash before the failure is recorded could bring the group back and replay
+        // would not know these writes (the request fails with EIO).
+        if op.journal_sequence.is_some() || !group_failed {
+            for (member, command) in held.drain(..) {
+                if self.members.list[member].is_failed() {
+                    continue;
+                }
+                self.op_issue(id, op, member, command);
             }
-            self.op_issue(id, op, member, command);
         }
+        held.clear();
+        // Kept for the op's next use (ops are reused): the list keeps its capacity.
+        op.held_writes = held;
         op.stage = Stage::Writing;
     }
 }

@@ -14,12 +14,22 @@ struct Entry {
 #[derive(Default)]
 pub(crate) struct StripeLocks {
     stripes: NumberMap<Entry>,
+    /// Wait queues of released locks, kept with their capacity: contended writes then queue
+    /// without allocating.
+    spare_queues: Vec<VecDeque<OpId>>,
 }
+
+/// How many wait queues are kept for reuse.
+const SPARE_QUEUES: usize = 64;
 
 impl StripeLocks {
     /// Queues `op` for the lock of `stripe`; true when it holds the lock at once.
     pub(crate) fn acquire(&mut self, stripe: u64, op: OpId) -> bool {
-        let entry = self.stripes.entry(stripe).or_default();
+        let spare_queues = &mut self.spare_queues;
+        let entry = self.stripes.entry(stripe).or_insert_with(|| Entry {
+            holder: None,
+            queue: spare_queues.pop().unwrap_or_default(),
+        });
         if entry.holder.is_none() && entry.queue.is_empty() {
             entry.holder = Some(op);
             true
@@ -43,8 +53,12 @@ impl StripeLocks {
         entry.holder = None;
         let next = entry.queue.pop_front();
         entry.holder = next;
-        if next.is_none() {
-            self.stripes.remove(&stripe);
+        if next.is_none()
+            && let Some(entry) = self.stripes.remove(&stripe)
+            && entry.queue.capacity() > 0
+            && self.spare_queues.len() < SPARE_QUEUES
+        {
+            self.spare_queues.push(entry.queue);
         }
         next
     }

@@ -4,6 +4,9 @@ use super::types::{FailReason, GroupState};
 use crate::geometry::Geometry;
 use crate::superblock::{MemberRecord, MemberRecordState, Uuid};
 
+/// A list of member indexes, inline for groups of up to 16 members.
+pub(crate) type MemberList = smallvec::SmallVec<[usize; 16]>;
+
 /// The engine's view of one member device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Member {
@@ -190,7 +193,7 @@ impl Members {
     }
 
     /// Members holding data that flushes must reach.
-    pub(crate) fn data_members(&self) -> Vec<usize> {
+    pub(crate) fn data_members(&self) -> MemberList {
         (0..self.list.len())
             .filter(|&index| {
                 matches!(

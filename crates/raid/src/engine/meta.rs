@@ -412,6 +412,8 @@ impl Engine {
             requests: Slab::new(),
             deferred: VecDeque::new(),
             ops: Slab::new(),
+            spare_ops: Vec::new(),
+            spare_fragments: Vec::new(),
             locks: StripeLocks::default(),
             regions,
             journal: super::journal::Journal::new(

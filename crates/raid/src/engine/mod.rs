@@ -41,6 +41,10 @@ use slab::{Key, Slab};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use stripe::StripeOp;
+
+/// The members (and device offsets) a column write goes to: one, a copy per mirror, or a
+/// second while a member is replaced; inline so the write path does not allocate for it.
+type Writers = smallvec::SmallVec<[(usize, u64); 4]>;
 use tessera_buffer::{BufferId, BufferPool, BufferSlice};
 use tessera_parity::Kernel;
 
@@ -233,6 +237,12 @@ pub struct Engine {
     deferred: VecDeque<HostRequest>,
     // Boxed: an op moves out of its slot and back on every step, and it is large.
     ops: Slab<Box<StripeOp>>,
+    /// Finished ops and fragment lists kept for reuse, with the capacity of their lists, so a
+    /// stripe update in steady state allocates nothing (at most `SPARE_OPS` of each).
+    // The boxes themselves are what is reused: ops live boxed in `ops`.
+    #[allow(clippy::vec_box)]
+    spare_ops: Vec<Box<StripeOp>>,
+    spare_fragments: Vec<Vec<stripe::Fragment>>,
     locks: StripeLocks,
     regions: Regions,
     journal: journal::Journal,
@@ -968,6 +978,14 @@ impl Engine {
     }
 
     fn pump_flushes(&mut self) -> bool {
+        // Runs on every pump while flushes are in flight: look before listing them.
+        if !self
+            .flushes
+            .iter()
+            .any(|(_, flush)| flush.stage == FlushStage::WaitBitmap)
+        {
+            return false;
+        }
         let mut progressed = false;
         for key in self.flushes.keys() {
             let flush = self.flushes.get(key).expect("live flush");
@@ -979,7 +997,7 @@ impl Engine {
                 self.regions.request_all_pending_writes();
                 continue;
             }
-            let targets: Vec<usize> = self
+            let targets: members::MemberList = self
                 .members
                 .data_members()
                 .into_iter()
@@ -1072,25 +1090,27 @@ impl Engine {
     }
 
     /// Members (and device offsets of the chunk start) that a write of `column` of `stripe`
-    /// must reach.
-    /// Whether every column of `stripe`, data and parity, has a member to write.
-    fn column_writers(&self, stripe: u64, column: Column) -> Vec<(usize, u64)> {
-        let placements: Vec<_> = match column {
-            Column::Data(index) => (0..self.geometry.copies())
-                .map(|copy| self.geometry.data_placement(stripe, index, copy))
-                .collect(),
-            Column::Parity(which) => vec![self.geometry.parity_placement(stripe, which)],
-        };
-        placements
-            .into_iter()
-            .flat_map(|placement| {
+    /// must reach. Inline for the usual handful (a copy per mirror, a second writer while a
+    /// member is replaced): this runs several times per stripe update.
+    fn column_writers(&self, stripe: u64, column: Column) -> Writers {
+        let mut writers = Writers::new();
+        let mut add = |placement: crate::geometry::Placement| {
+            let offset_bytes = self.superblock.data_offset_bytes + placement.offset_bytes;
+            writers.extend(
                 self.members
                     .writers(placement.member, placement.offset_bytes)
-                    .map(move |member| (member, placement.offset_bytes))
-                    .collect::<Vec<_>>()
-            })
-            .map(|(member, offset)| (member, self.superblock.data_offset_bytes + offset))
-            .collect()
+                    .map(|member| (member, offset_bytes)),
+            );
+        };
+        match column {
+            Column::Data(index) => {
+                for copy in 0..self.geometry.copies() {
+                    add(self.geometry.data_placement(stripe, index, copy));
+                }
+            }
+            Column::Parity(which) => add(self.geometry.parity_placement(stripe, which)),
+        }
+        writers
     }
 
     /// The member able to read `column` of `stripe` for parity-level recovery (one copy).

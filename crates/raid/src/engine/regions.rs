@@ -517,10 +517,9 @@ impl Engine {
         let chunk = self.geometry.chunk_bytes();
         let mut pieces: Vec<(usize, u64)> = Vec::new();
         for stripe in self.regions.stripes(region, &self.geometry) {
-            let columns: Vec<Column> = (0..self.geometry.data_chunks())
+            let columns = (0..self.geometry.data_chunks())
                 .map(Column::Data)
-                .chain((0..self.geometry.parity_chunks()).map(Column::Parity))
-                .collect();
+                .chain((0..self.geometry.parity_chunks()).map(Column::Parity));
             for column in columns {
                 pieces.extend(self.column_writers(stripe, column));
             }

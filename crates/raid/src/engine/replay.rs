@@ -522,7 +522,7 @@ impl Engine {
                 let payload_q = offsets
                     .get(1)
                     .map(|&at| self.slice(buffer, at, write.len_bytes));
-                let within = |writers: Vec<(usize, u64)>| -> Vec<(usize, u64)> {
+                let within = |writers: super::Writers| -> Vec<(usize, u64)> {
                     writers
                         .into_iter()
                         .map(|(member, offset)| (member, offset + write.within_bytes))

@@ -118,15 +118,35 @@ impl<T> Slab<T> {
 
     /// Keys of every live entry (taken ones excluded), in index order.
     pub(crate) fn keys(&self) -> Vec<Key> {
+        self.iter().map(|(key, _)| key).collect()
+    }
+
+    /// Every live entry (taken ones excluded) with its key, in index order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Key, &T)> {
         self.entries
             .iter()
             .enumerate()
-            .filter(|(_, entry)| entry.1.is_some())
-            .map(|(index, entry)| Key {
-                index: index as u32,
-                generation: entry.0,
+            .filter_map(|(index, (generation, value))| {
+                let key = Key {
+                    index: index as u32,
+                    generation: *generation,
+                };
+                value.as_ref().map(|value| (key, value))
             })
-            .collect()
+    }
+
+    /// Every live entry (taken ones excluded) with its key, in index order, to change.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (Key, &mut T)> {
+        self.entries
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(index, (generation, value))| {
+                let key = Key {
+                    index: index as u32,
+                    generation: *generation,
+                };
+                value.as_mut().map(|value| (key, value))
+            })
     }
 }
 
@@ -144,5 +164,22 @@ mod tests {
         assert_eq!(slab.get(b), Some(&2));
         assert_eq!(Key::from_u64(b.to_u64()), b);
         assert_eq!(slab.len(), 1);
+    }
+
+    #[test]
+    fn iteration_skips_removed_and_taken_entries() {
+        let mut slab = Slab::new();
+        let a = slab.insert(10);
+        let b = slab.insert(20);
+        let c = slab.insert(30);
+        slab.remove(a);
+        let taken = slab.take(c).expect("live");
+        assert_eq!(slab.iter().collect::<Vec<_>>(), vec![(b, &20)]);
+        for (_, value) in slab.iter_mut() {
+            *value += 1;
+        }
+        slab.put_back(c, taken);
+        assert_eq!(slab.keys(), vec![b, c]);
+        assert_eq!(slab.get(b), Some(&21));
     }
 }

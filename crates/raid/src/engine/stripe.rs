@@ -145,6 +145,14 @@ pub(super) enum Work {
     },
 }
 
+/// How many finished ops (and fragment lists) are kept for reuse: enough for a deep queue of
+/// small writes, few enough that a burst of large ones does not pin memory.
+const SPARE_OPS: usize = 256;
+
+/// A stripe update's parity writes: which parity, its new contents, and the chunk offset of
+/// their first byte.
+type ParityWrites = smallvec::SmallVec<[(usize, BufferSlice, u64); 2]>;
+
 /// Pieces of data columns a replayed supplied intent gives: data index, offset within the
 /// chunk, contents.
 pub(super) type SuppliedColumns = Vec<(usize, u64, BufferSlice)>;
@@ -229,6 +237,26 @@ impl StripeOp {
             supplied: Vec::new(),
             computed: false,
         }
+    }
+
+    /// This op made new for `stripe`, keeping the capacity of its lists.
+    fn reuse(&mut self, stripe: u64, region: u64, kind: Kind) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut held_writes = std::mem::take(&mut self.held_writes);
+        let mut journal_writes = std::mem::take(&mut self.journal_writes);
+        let mut supplied = std::mem::take(&mut self.supplied);
+        assert!(scratch.is_empty(), "an op is reused with its scratch freed");
+        held_writes.clear();
+        journal_writes.clear();
+        supplied.clear();
+        scratch.clear();
+        *self = StripeOp {
+            scratch,
+            held_writes,
+            journal_writes,
+            supplied,
+            ..StripeOp::new(stripe, region, kind)
+        };
     }
 
     /// Whether a replayed supplied intent gives data column `index`.
@@ -345,6 +373,39 @@ impl Engine {
             self.ops.put_back(id, op);
         } else {
             self.ops.retire(id);
+            self.recycle_op(op);
+        }
+    }
+
+    /// A stripe op for `stripe`: a finished one reused when there is one.
+    pub(super) fn new_stripe_op(&mut self, stripe: u64, region: u64, kind: Kind) -> Box<StripeOp> {
+        match self.spare_ops.pop() {
+            Some(mut op) => {
+                op.reuse(stripe, region, kind);
+                op
+            }
+            None => Box::new(StripeOp::new(stripe, region, kind)),
+        }
+    }
+
+    fn recycle_op(&mut self, mut op: Box<StripeOp>) {
+        if let Kind::Write { fragments } = &mut op.kind {
+            self.recycle_fragments(std::mem::take(fragments));
+        }
+        if self.spare_ops.len() < SPARE_OPS {
+            self.spare_ops.push(op);
+        }
+    }
+
+    /// An empty fragment list, reused when there is one.
+    pub(super) fn new_fragments(&mut self) -> Vec<Fragment> {
+        self.spare_fragments.pop().unwrap_or_default()
+    }
+
+    pub(super) fn recycle_fragments(&mut self, mut fragments: Vec<Fragment>) {
+        if self.spare_fragments.len() < SPARE_OPS && fragments.capacity() > 0 {
+            fragments.clear();
+            self.spare_fragments.push(fragments);
         }
     }
 
@@ -371,6 +432,7 @@ impl Engine {
             self.ops.put_back(id, op);
         } else {
             self.ops.retire(id);
+            self.recycle_op(op);
         }
     }
 
@@ -462,7 +524,7 @@ impl Engine {
                     op.hold_writes = self.journal_takes(is_write);
                     self.compute_op(id, op);
                     if op.hold_writes && !op.held_writes.is_empty() {
-                        let writes = std::mem::take(&mut op.journal_writes);
+                        let writes = &op.journal_writes;
                         let kind = if op.full_stripe && !writes.is_empty() {
                             EntryKind::SuppliedIntent
                         } else if op.full_stripe {
@@ -857,7 +919,18 @@ impl Engine {
         let Kind::Write { fragments } = &op.kind else {
             unreachable!()
         };
-        let fragments = fragments.clone();
+        // Data chunks written by exactly one fragment covering the whole parity range: their
+        // new data is the reconstruct-write source as it is, with no scratch copy.
+        let mut written_whole = 0u64;
+        for index in 0..data_chunks {
+            let single = fragments.iter().filter(|f| f.index == index).count() == 1
+                && fragments
+                    .iter()
+                    .any(|f| f.index == index && f.range == range);
+            if single {
+                written_whole |= 1 << index;
+            }
+        }
         let mut data: [Option<(BufferSlice, u64)>; MAX_MEMBERS] = [None; MAX_MEMBERS];
         let mut parity_old = [None; 2];
         let mut parity_new = [None; 2];
@@ -866,11 +939,7 @@ impl Engine {
             WriteStrategy::DataOnly => {}
             WriteStrategy::ReconstructWrite => {
                 for index in 0..data_chunks {
-                    let single = fragments.iter().filter(|f| f.index == index).count() == 1
-                        && fragments
-                            .iter()
-                            .any(|f| f.index == index && f.range == range);
-                    if !single {
+                    if written_whole & (1 << index) == 0 {
                         let Some(slice) = self.scratch(op, range.len()) else {
                             return Planned::NoMemory;
                         };
@@ -1157,12 +1226,16 @@ impl Engine {
     }
 
     fn compute_write(&mut self, id: OpId, op: &mut StripeOp) {
-        let Kind::Write { fragments } = &op.kind else {
+        let covers_full_stripe =
+            op.covers_full_stripe(self.geometry.data_chunks(), self.geometry.chunk_bytes());
+        // Out of the op while it is computed (the op is borrowed mutably throughout), put
+        // back at the end: no copy of the fragment list per write.
+        let Kind::Write { fragments } = &mut op.kind else {
             unreachable!()
         };
-        let fragments = fragments.clone();
+        let fragments = std::mem::take(fragments);
         let work = std::mem::replace(&mut op.work, Work::None);
-        let mut parity_writes: Vec<(usize, BufferSlice, u64)> = Vec::new();
+        let mut parity_writes: ParityWrites = ParityWrites::new();
         // A scratch slice over a lone fragment's range that nothing reads once parity is
         // computed: room for a partial parity journal entry without taking more memory.
         let mut spare: Option<BufferSlice> = None;
@@ -1177,15 +1250,14 @@ impl Engine {
         } = work
         {
             let data_chunks = self.geometry.data_chunks();
-            full_stripe = range.len() == self.geometry.chunk_bytes()
-                && op.covers_full_stripe(data_chunks, self.geometry.chunk_bytes());
+            full_stripe = range.len() == self.geometry.chunk_bytes() && covers_full_stripe;
             match strategy {
                 WriteStrategy::DataOnly => {}
                 WriteStrategy::ReconstructWrite | WriteStrategy::RecoverThenWrite => {
                     if strategy == WriteStrategy::RecoverThenWrite {
                         self.image_recover(&image);
                     }
-                    let mut sources = Vec::with_capacity(data_chunks);
+                    let mut sources = smallvec::SmallVec::<[BufferSlice; 16]>::new();
                     for index in 0..data_chunks {
                         let scratch = match strategy {
                             WriteStrategy::RecoverThenWrite => {
@@ -1214,12 +1286,13 @@ impl Engine {
                         }
                     }
                     let parity_chunks = self.geometry.parity_chunks();
-                    let outputs: Vec<BufferSlice> = parity_new[..parity_chunks]
-                        .iter()
-                        .map(|p| p.expect("parity buffer"))
-                        .collect();
+                    let mut outputs = [parity_new[0].expect("parity buffer"); 2];
+                    if parity_chunks == 2 {
+                        outputs[1] = parity_new[1].expect("parity buffer");
+                    }
+                    let outputs = &outputs[..parity_chunks];
                     if !op.computed {
-                        self.generate_parity(&sources, &outputs);
+                        self.generate_parity(&sources, outputs);
                     }
                     if let ([fragment], WriteStrategy::ReconstructWrite) =
                         (&fragments[..], strategy)
@@ -1234,19 +1307,19 @@ impl Engine {
                                 )
                             });
                     }
-                    for (which, buffer) in outputs.into_iter().enumerate() {
+                    for (which, &buffer) in outputs.iter().enumerate() {
                         parity_writes.push((which, buffer, range.start_bytes));
                     }
                 }
                 WriteStrategy::ReadModifyWrite => {
                     let parity_chunks = self.geometry.parity_chunks();
-                    let writable: Vec<bool> = (0..parity_chunks)
-                        .map(|which| {
-                            !self
-                                .column_writers(op.stripe, Column::Parity(which))
-                                .is_empty()
-                        })
-                        .collect();
+                    let mut writable = [false; 2];
+                    for (which, writable) in writable.iter_mut().enumerate().take(parity_chunks) {
+                        *writable = !self
+                            .column_writers(op.stripe, Column::Parity(which))
+                            .is_empty();
+                    }
+                    let writable = &writable[..parity_chunks];
                     for fragment in &fragments {
                         let (old, base) = data[fragment.index].expect("old data read");
                         let old = old.sub(
@@ -1283,15 +1356,15 @@ impl Engine {
             }
         }
         if op.hold_writes
-            && let Some(partial) = self.partial_parity_entry(
+            && self.partial_parity_entry(
                 op.stripe,
                 &fragments,
                 &parity_writes,
                 spare,
                 &mut op.scratch,
+                &mut op.journal_writes,
             )
         {
-            op.journal_writes = partial;
             op.journal_partial_parity = true;
             op.full_stripe = false;
         } else if op.hold_writes {
@@ -1306,17 +1379,19 @@ impl Engine {
                     .is_empty()
             };
             op.full_stripe = full_stripe;
-            op.journal_writes = fragments
-                .iter()
-                .filter(|f| !full_stripe || missing(f.index))
-                .map(|f| (Column::Data(f.index), f.range.start_bytes, f.buffer))
-                .chain(
-                    parity_writes
-                        .iter()
-                        .filter(|_| !full_stripe)
-                        .map(|&(which, buffer, start)| (Column::Parity(which), start, buffer)),
-                )
-                .collect();
+            op.journal_writes.clear();
+            op.journal_writes.extend(
+                fragments
+                    .iter()
+                    .filter(|f| !full_stripe || missing(f.index))
+                    .map(|f| (Column::Data(f.index), f.range.start_bytes, f.buffer))
+                    .chain(
+                        parity_writes
+                            .iter()
+                            .filter(|_| !full_stripe)
+                            .map(|&(which, buffer, start)| (Column::Parity(which), start, buffer)),
+                    ),
+            );
         }
         for fragment in &fragments {
             for (member, offset) in self.column_writers(op.stripe, Column::Data(fragment.index)) {
@@ -1342,6 +1417,10 @@ impl Engine {
                 );
             }
         }
+        let Kind::Write { fragments: slot } = &mut op.kind else {
+            unreachable!()
+        };
+        *slot = fragments;
     }
 
     fn compute_recover(&mut self, id: OpId, op: &mut StripeOp) {
@@ -1669,12 +1748,13 @@ impl Engine {
                 if result.is_ok() {
                     self.clear_bad_ranges_covered(op.stripe, &fragments);
                 }
-                for fragment in fragments {
+                for fragment in &fragments {
                     if let Some(request) = self.requests.get_mut(fragment.request) {
                         request.fua_members |= op.written_members;
                     }
                     self.finish_part(fragment.request, result);
                 }
+                self.recycle_fragments(fragments);
             }
             Kind::Recover { pieces } => {
                 for piece in pieces {

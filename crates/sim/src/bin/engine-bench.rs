@@ -11,245 +11,13 @@
 //! one JSON array. `--journal` measures instead the write journal's cost: the write workloads
 //! with the journal `always_on` against the same group with it off.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tessera_raid::engine::{
-    Command, CreateSpec, Engine, EngineConfig, HostOp, HostRequest, MemberOp,
-};
+use std::time::Duration;
 use tessera_raid::geometry::Level;
-use tessera_raid::superblock::{JournalMode, Uuid};
-use tessera_sim::prng::Rng;
+use tessera_raid::superblock::JournalMode;
+use tessera_sim::closed_loop::{ClosedLoop, CountingAllocator, Limit, Measured, Workload};
 
-const MEMBER_BYTES: u64 = 160 << 20;
-const WORKING_BYTES: u64 = 256 << 20;
-const QUEUE_DEPTH: usize = 32;
-
-struct Bench {
-    engine: Engine,
-    members: Vec<Vec<u8>>,
-    rng: Rng,
-    now_us: u64,
-    /// Time spent copying member data in and out: the work a drive's DMA does, not the
-    /// engine's.
-    member_copy: Duration,
-}
-
-impl Bench {
-    fn new(level: Level, members: usize, journal_mode: JournalMode) -> Bench {
-        let spec = CreateSpec {
-            group_uuid: Uuid([9; 16]),
-            name: "bench".into(),
-            level,
-            chunk_bytes: 64 << 10,
-            members: (0..members)
-                .map(|i| (Uuid([i as u8 + 1; 16]), MEMBER_BYTES))
-                .collect(),
-            created_unix_seconds: 0,
-            region_bytes: Some(64 << 20),
-            journal_bytes: Some(8 << 20),
-            journal_mode,
-            journal_device: None,
-            rebuild_rate_percent: 30,
-            config: Vec::new(),
-        };
-        let parity: Arc<dyn tessera_parity::Kernel> = Arc::new(
-            tessera_parity::Parity::select(&tessera_parity::SelectionConfig::default())
-                .expect("parity kernels"),
-        );
-        let config = EngineConfig {
-            pool_bytes: 256 << 20,
-            ..EngineConfig::default()
-        };
-        let engine = Engine::create(spec, config, parity).expect("bench group");
-        let mut bench = Bench {
-            engine,
-            members: (0..members)
-                .map(|_| vec![0u8; MEMBER_BYTES as usize])
-                .collect(),
-            rng: Rng::new(7),
-            now_us: 0,
-            member_copy: Duration::ZERO,
-        };
-        bench.settle();
-        bench
-    }
-
-    /// Carries out every command the engine has, until it has none; returns replies seen.
-    /// Member commands are gathered and copied in one timed block per round (as a drive would
-    /// take a batch of submissions), so the clock is read twice per round, not per command.
-    fn drain(&mut self) -> usize {
-        let mut replies = 0;
-        let mut commands = Vec::new();
-        loop {
-            while let Some(command) = self.engine.poll() {
-                match command {
-                    Command::Member(command) => commands.push(command),
-                    Command::Reply(reply) => {
-                        replies += 1;
-                        match reply.result {
-                            Ok(Some(buffer)) => self.engine.pool_mut().free(buffer),
-                            Ok(None) => {}
-                            Err(error) => panic!("bench request failed: {error}"),
-                        }
-                    }
-                    Command::Event(_) => {}
-                    Command::Compute(command) => {
-                        self.engine.run_compute(&command.job);
-                        self.engine.compute_done(command.id);
-                    }
-                }
-            }
-            if commands.is_empty() {
-                return replies;
-            }
-            let copy_started = Instant::now();
-            for command in &commands {
-                let member = &mut self.members[command.member];
-                match command.op {
-                    MemberOp::Read {
-                        offset_bytes,
-                        buffer,
-                    } => {
-                        let start = offset_bytes as usize;
-                        let out = self.engine.pool_mut().bytes_mut(buffer);
-                        out.copy_from_slice(&member[start..start + out.len()]);
-                    }
-                    MemberOp::Write {
-                        offset_bytes,
-                        buffer,
-                        ..
-                    } => {
-                        let start = offset_bytes as usize;
-                        let data = self.engine.pool().bytes(buffer);
-                        member[start..start + data.len()].copy_from_slice(data);
-                    }
-                    MemberOp::Flush => {}
-                }
-            }
-            self.member_copy += copy_started.elapsed();
-            for command in commands.drain(..) {
-                self.engine.complete(command.id, Ok(()));
-            }
-        }
-    }
-
-    fn settle(&mut self) {
-        loop {
-            self.drain();
-            match self.engine.next_deadline_us() {
-                Some(deadline) if !self.engine.is_idle() => {
-                    self.now_us = self.now_us.max(deadline);
-                    self.engine.tick(self.now_us);
-                }
-                _ if self.engine.is_idle() => break,
-                _ => {}
-            }
-        }
-    }
-
-    fn submit(&mut self, id: u64, op: Workload, sequence: u64) {
-        let data_bytes = self.engine.data_bytes().min(WORKING_BYTES);
-        let (len, offset) = match op {
-            Workload::RandomRead | Workload::RandomWrite => {
-                (4096, self.rng.below(data_bytes / 4096) * 4096)
-            }
-            Workload::SequentialWrite => {
-                let len = 128 << 10;
-                (len, sequence * len % (data_bytes / len * len))
-            }
-        };
-        let op = match op {
-            Workload::RandomRead => HostOp::Read {
-                offset_bytes: offset,
-                len_bytes: len,
-            },
-            _ => {
-                let buffer = self
-                    .engine
-                    .alloc_host_buffer(len as usize)
-                    .expect("host buffer");
-                self.engine.pool_mut().slice_mut(buffer)[..8].copy_from_slice(&id.to_le_bytes());
-                HostOp::Write {
-                    offset_bytes: offset,
-                    buffer,
-                    fua: false,
-                }
-            }
-        };
-        self.engine.submit(HostRequest { id, op });
-    }
-
-    /// Runs a closed loop at `QUEUE_DEPTH` for about `duration`.
-    fn run(&mut self, workload: Workload, duration: Duration) -> Measured {
-        let copies_before = self.member_copy;
-        let len = match workload {
-            Workload::SequentialWrite => 128 << 10,
-            _ => 4096,
-        };
-        let mut in_flight = 0;
-        let mut done = 0u64;
-        let mut next_id = 1;
-        let start = Instant::now();
-        while start.elapsed() < duration {
-            while in_flight < QUEUE_DEPTH {
-                self.submit(next_id, workload, next_id);
-                next_id += 1;
-                in_flight += 1;
-            }
-            let replies = self.drain();
-            in_flight -= replies;
-            done += replies as u64;
-            if replies == 0 {
-                // Coalescing windows and lazy bitmap work run on time; keep time moving.
-                self.now_us += 1;
-                self.engine.tick(self.now_us);
-            }
-        }
-        let wall = start.elapsed();
-        let engine_seconds = (wall - (self.member_copy - copies_before)).as_secs_f64();
-        while in_flight > 0 {
-            let replies = self.drain();
-            in_flight -= replies;
-            self.now_us += 100;
-            self.engine.tick(self.now_us);
-        }
-        Measured {
-            ops: done,
-            bytes: done * len,
-            wall_seconds: wall.as_secs_f64(),
-            engine_seconds,
-        }
-    }
-
-    /// Writes the working set once so measurements see written regions (no zero-fill).
-    fn precondition(&mut self) {
-        let data_bytes = self.engine.data_bytes().min(WORKING_BYTES);
-        let stripes = data_bytes / (1 << 20);
-        for i in 0..stripes {
-            let buffer = self.engine.alloc_host_buffer(1 << 20).expect("buffer");
-            self.engine.submit(HostRequest {
-                id: i,
-                op: HostOp::Write {
-                    offset_bytes: i << 20,
-                    buffer,
-                    fua: false,
-                },
-            });
-            self.drain();
-        }
-        self.settle();
-    }
-}
-
-/// One closed-loop run, or the sum of several.
-#[derive(Default)]
-struct Measured {
-    ops: u64,
-    bytes: u64,
-    wall_seconds: f64,
-    /// The wall time less the member copies: the engine's own time on its core.
-    engine_seconds: f64,
-}
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 /// Runs of each side alternate in this many slices of the duration, so that a machine whose
 /// speed drifts (a shared virtual machine: the no-RAID side alone moved by 30% between
@@ -258,55 +26,21 @@ const SLICES: u32 = 8;
 
 /// `a` and `b` on `workload` for `duration` each, in alternating slices.
 fn alternate(
-    a: &mut Bench,
-    b: &mut Bench,
+    a: &mut ClosedLoop,
+    b: &mut ClosedLoop,
     workload: Workload,
     duration: Duration,
 ) -> (Measured, Measured) {
     let mut totals = (Measured::default(), Measured::default());
     for _ in 0..SLICES {
-        totals.0.add(&a.run(workload, duration / SLICES));
-        totals.1.add(&b.run(workload, duration / SLICES));
+        totals
+            .0
+            .add(&a.run(workload, Limit::Time(duration / SLICES)));
+        totals
+            .1
+            .add(&b.run(workload, Limit::Time(duration / SLICES)));
     }
     totals
-}
-
-impl Measured {
-    fn add(&mut self, other: &Measured) {
-        self.ops += other.ops;
-        self.bytes += other.bytes;
-        self.wall_seconds += other.wall_seconds;
-        self.engine_seconds += other.engine_seconds;
-    }
-
-    fn iops(&self) -> f64 {
-        self.ops as f64 / self.wall_seconds
-    }
-
-    fn gbps(&self) -> f64 {
-        self.bytes as f64 / self.wall_seconds / 1e9
-    }
-
-    fn engine_iops(&self) -> f64 {
-        self.ops as f64 / self.engine_seconds
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Workload {
-    RandomRead,
-    RandomWrite,
-    SequentialWrite,
-}
-
-impl Workload {
-    fn name(self) -> &'static str {
-        match self {
-            Workload::RandomRead => "4k_random_read",
-            Workload::RandomWrite => "4k_random_write",
-            Workload::SequentialWrite => "128k_sequential_write",
-        }
-    }
 }
 
 fn main() {
@@ -326,9 +60,9 @@ fn main() {
             journal_cost(level, members, parity, duration, json, &mut rows);
             continue;
         }
-        let mut raid = Bench::new(level, members, JournalMode::AlwaysOff);
+        let mut raid = ClosedLoop::new(level, members, JournalMode::AlwaysOff);
         raid.precondition();
-        let mut plain = Bench::new(Level::Raid0, members, JournalMode::AlwaysOff);
+        let mut plain = ClosedLoop::new(Level::Raid0, members, JournalMode::AlwaysOff);
         plain.precondition();
         for workload in [
             Workload::RandomRead,
@@ -349,7 +83,7 @@ fn main() {
                 _ => None,
             };
             rows.push(format!(
-                "{{\"group\":\"{level} {}+{parity}\",\"workload\":\"{}\",\"iops\":{:.0},\"gbps\":{:.3},\"no_raid_iops\":{:.0},\"no_raid_gbps\":{:.3},\"ratio\":{ratio:.3},\"theoretical_ratio\":{},\"of_theoretical\":{},\"engine_iops\":{:.0},\"no_raid_engine_iops\":{:.0},\"engine_ratio\":{engine_ratio:.3}}}",
+                "{{\"group\":\"{level} {}+{parity}\",\"workload\":\"{}\",\"iops\":{:.0},\"gbps\":{:.3},\"no_raid_iops\":{:.0},\"no_raid_gbps\":{:.3},\"ratio\":{ratio:.3},\"theoretical_ratio\":{},\"of_theoretical\":{},\"engine_iops\":{:.0},\"no_raid_engine_iops\":{:.0},\"engine_ratio\":{engine_ratio:.3},\"allocations_per_request\":{:.2},\"no_raid_allocations_per_request\":{:.2}}}",
                 members - parity,
                 workload.name(),
                 raid_run.iops(),
@@ -360,10 +94,12 @@ fn main() {
                 theoretical.map_or("null".into(), |t| format!("{:.3}", ratio / t)),
                 raid_run.engine_iops(),
                 plain_run.engine_iops(),
+                raid_run.allocations_per_op(),
+                plain_run.allocations_per_op(),
             ));
             if !json {
                 println!(
-                    "{level} {}+{parity} {:<22} {:>9.0} IOPS {:>6.2} GB/s | no RAID {:>9.0} IOPS {:>6.2} GB/s | ratio {ratio:.2}{} | engine time only: ratio {engine_ratio:.2}",
+                    "{level} {}+{parity} {:<22} {:>9.0} IOPS {:>6.2} GB/s | no RAID {:>9.0} IOPS {:>6.2} GB/s | ratio {ratio:.2}{} | engine time only: ratio {engine_ratio:.2} | allocations/request {:.2} (no RAID {:.2})",
                     members - parity,
                     workload.name(),
                     raid_run.iops(),
@@ -374,6 +110,8 @@ fn main() {
                         " (theoretical {t:.2}, {:.2} of it)",
                         ratio / t
                     )),
+                    raid_run.allocations_per_op(),
+                    plain_run.allocations_per_op(),
                 );
             }
         }
@@ -394,9 +132,9 @@ fn journal_cost(
     json: bool,
     rows: &mut Vec<String>,
 ) {
-    let mut off = Bench::new(level, members, JournalMode::AlwaysOff);
+    let mut off = ClosedLoop::new(level, members, JournalMode::AlwaysOff);
     off.precondition();
-    let mut on = Bench::new(level, members, JournalMode::AlwaysOn);
+    let mut on = ClosedLoop::new(level, members, JournalMode::AlwaysOn);
     on.precondition();
     for workload in [Workload::RandomWrite, Workload::SequentialWrite] {
         let (on_run, off_run) = alternate(&mut on, &mut off, workload, duration);
@@ -404,15 +142,19 @@ fn journal_cost(
         let ratio = on_iops / off_iops;
         let name = format!("{level} {}+{parity}", members - parity);
         rows.push(format!(
-            "{{\"group\":\"{name}\",\"workload\":\"{}\",\"journal_iops\":{on_iops:.0},\"no_journal_iops\":{off_iops:.0},\"ratio\":{ratio:.3},\"cost\":{:.3}}}",
+            "{{\"group\":\"{name}\",\"workload\":\"{}\",\"journal_iops\":{on_iops:.0},\"no_journal_iops\":{off_iops:.0},\"ratio\":{ratio:.3},\"cost\":{:.3},\"allocations_per_request\":{:.2},\"no_journal_allocations_per_request\":{:.2}}}",
             workload.name(),
-            1.0 - ratio
+            1.0 - ratio,
+            on_run.allocations_per_op(),
+            off_run.allocations_per_op(),
         ));
         if !json {
             println!(
-                "{name} {:<22} journal always_on {on_iops:>9.0} IOPS | off {off_iops:>9.0} IOPS | ratio {ratio:.2} (cost {:.0}%)",
+                "{name} {:<22} journal always_on {on_iops:>9.0} IOPS | off {off_iops:>9.0} IOPS | ratio {ratio:.2} (cost {:.0}%) | allocations/request {:.2} (off {:.2})",
                 workload.name(),
-                (1.0 - ratio) * 100.0
+                (1.0 - ratio) * 100.0,
+                on_run.allocations_per_op(),
+                off_run.allocations_per_op(),
             );
         }
     }
