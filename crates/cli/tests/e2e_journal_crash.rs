@@ -1,10 +1,12 @@
-//! The write journal closes the RAID5 write hole, end to end. fio writes crc32c-verified blocks
-//! of mixed sizes through NBD to a group created with `--journal always_on`; the daemon is
-//! killed (SIGKILL) in the middle of it, tearing the partial-stripe updates in flight; one member
-//! is then lost (its file replaced by a blank one) and the daemon restarts on the other four. The
-//! group must come up degraded with its journal replayed, and every write fio saw acknowledged
-//! must read back intact, although the lost member's chunks in the stripes the crash tore can
-//! only be rebuilt through those stripes' parity. (With `--journal always_off` the same verify
+//! The write journal closes the write hole, end to end, on RAID5 and RAID6. fio writes
+//! crc32c-verified blocks of mixed sizes through NBD to a group created with `--journal
+//! always_on`; the daemon is killed (SIGKILL) in the middle of it, tearing the partial-stripe
+//! updates in flight; one member (two on RAID6) is then lost (its file replaced by a blank one)
+//! and the daemon restarts on the others. The group must come up degraded with its journal
+//! replayed, and every write fio saw acknowledged must read back intact, although the lost
+//! members' chunks in the stripes the crash tore can only be rebuilt through those stripes'
+//! parity. Some batches go to their stripes' parity members alone (one-chunk updates journaled
+//! as partial parity: P on RAID5, P and Q on RAID6); the test checks that the run wrote some. (With `--journal always_off` the same verify
 //! pass fails with EIO: the daemon will not reconstruct through the parity of a region awaiting
 //! resync.)
 //!
@@ -40,15 +42,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const MEMBERS: usize = 5;
 const MEMBER_BYTES: u64 = 256 << 20;
 /// The virtual drive, and the range fio's pass covers.
 const VD_BYTES: u64 = 768 << 20;
 /// The daemon is killed once its group has taken in this many bytes of writes: a fifth of the
 /// pass, so fio is still writing, with all of its queue depth in flight.
 const CRASH_AFTER_BYTES: u64 = 160 << 20;
-/// The member lost after the crash (left-symmetric RAID5 rotates data and parity over all).
-const LOST_ROLE: usize = 2;
 const IODEPTH: &str = "16";
 
 /// A write fio issued: offset and length in bytes.
@@ -72,18 +71,31 @@ fn fio_job(uri: &str) -> Vec<String> {
 
 #[test]
 fn acknowledged_writes_survive_a_crash_and_a_lost_member() {
+    // Left-symmetric layouts rotate data and parity over every member: any role will do.
+    crash_then_lose(5, 5, &[2]);
+}
+
+#[test]
+fn acknowledged_writes_survive_a_crash_and_two_lost_members_on_raid6() {
+    crash_then_lose(6, 6, &[1, 4]);
+}
+
+/// A group of `members` at `level` with the journal always on: fio writes, the daemon is
+/// killed, `lost_roles` are lost, and every acknowledged write must verify.
+fn crash_then_lose(level: u8, members: usize, lost_roles: &[usize]) {
     if !have("fio") {
         return;
     }
     let started = Instant::now();
     let mut daemon = Daemon::start();
     let scratch = daemon.dir.path().to_path_buf();
-    let ids = daemon.add_file_drives(MEMBERS, MEMBER_BYTES);
+    let ids = daemon.add_file_drives(members, MEMBER_BYTES);
+    let level = level.to_string();
     let mut args = vec![
         "dg",
         "create",
         "--level",
-        "5",
+        &level,
         "--chunk",
         "64K",
         "--journal",
@@ -101,10 +113,16 @@ fn acknowledged_writes_survive_a_crash_and_a_lost_member() {
         "journaled",
     ]);
     let uri = daemon.uri("journaled");
-    let lost = daemon.group_members(&dg)[LOST_ROLE]["path"]
-        .as_str()
-        .expect("member path")
-        .to_string();
+    let group_members = daemon.group_members(&dg);
+    let lost: Vec<String> = lost_roles
+        .iter()
+        .map(|&role| {
+            group_members[role]["path"]
+                .as_str()
+                .expect("member path")
+                .to_string()
+        })
+        .collect();
     // Replay makes every stripe consistent only if the journal covers the group.
     wait_for(&daemon, "the journal to cover the group", || {
         let journal = &daemon.json(&["dg", "describe", &dg])["journal"];
@@ -148,6 +166,15 @@ fn acknowledged_writes_survive_a_crash_and_a_lost_member() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    let home_batches = daemon
+        .metric(&format!(
+            "tessera_dg_journal_home_batches_total{{dg=\"{dg}\"}}"
+        ))
+        .expect("home batch counter");
+    assert!(
+        home_batches > 0,
+        "no batch went to its parity members alone before the crash"
+    );
     daemon.kill();
     let status = wait_timeout(&mut fio, Duration::from_secs(60))
         .expect("fio did not end within 60 s of losing its NBD server");
@@ -179,7 +206,7 @@ fn acknowledged_writes_survive_a_crash_and_a_lost_member() {
     eprintln!(
         "crash after {:.1} s: {} writes issued ({issued_bytes} bytes), {} acknowledged; \
          verifying the first {verified} ({verified_bytes} bytes), {acked_later} acknowledged \
-         after the first that was not",
+         after the first that was not; {home_batches} batches on their parity members alone",
         started.elapsed().as_secs_f64(),
         issued.len(),
         acked.len(),
@@ -189,20 +216,24 @@ fn acknowledged_writes_survive_a_crash_and_a_lost_member() {
         "only {verified_bytes} bytes of acknowledged writes to verify:\n{fio_output}"
     );
 
-    // Lose a member: its file is replaced by a blank one of the same size.
-    std::fs::remove_file(&lost).expect("remove member");
-    std::fs::File::create(&lost)
-        .and_then(|file| file.set_len(MEMBER_BYTES))
-        .expect("blank member");
+    // Lose members: each file is replaced by a blank one of the same size.
+    for lost in &lost {
+        std::fs::remove_file(lost).expect("remove member");
+        std::fs::File::create(lost)
+            .and_then(|file| file.set_len(MEMBER_BYTES))
+            .expect("blank member");
+    }
 
-    // Restart on the other four: the group comes up degraded, its journal replayed.
+    // Restart on the others: the group comes up degraded, its journal replayed.
     daemon.restart();
     wait_for(&daemon, "the group to start", || {
         daemon.json(&["dg", "describe", &dg])["state"] != "initializing"
     });
     let group = daemon.json(&["dg", "describe", &dg]);
     assert_eq!(group["state"], "degraded", "{group:#}");
-    assert_eq!(group["members"][LOST_ROLE]["state"], "missing", "{group:#}");
+    for &role in lost_roles {
+        assert_eq!(group["members"][role]["state"], "missing", "{group:#}");
+    }
     let replayed = daemon
         .json(&["events"])
         .as_array()
@@ -248,8 +279,8 @@ fn acknowledged_writes_survive_a_crash_and_a_lost_member() {
     let job = &report["jobs"][0];
     assert!(
         status.success() && job["error"] == 0,
-        "acknowledged writes did not verify after the crash and the loss of role {LOST_ROLE} \
-         ({status}, fio error {}):\n{output}",
+        "acknowledged writes did not verify after the crash and the loss of roles \
+         {lost_roles:?} ({status}, fio error {}):\n{output}",
         job["error"]
     );
     assert_eq!(
