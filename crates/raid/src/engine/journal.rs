@@ -437,21 +437,8 @@ impl Engine {
     /// data columns there (P, and on RAID6 Q as a second write). Half the bytes of a redo entry
     /// on RAID5, two thirds on RAID6. The P part goes into `spare`; the Q part into a buffer
     /// taken here and left in `scratch`, freed with the op. The entry's writes go into
-    /// `writes`; false (and `writes` untouched) when a redo entry is needed.
+    /// `writes`; `None` (and `writes` untouched) when a redo entry is needed.
     pub(super) fn partial_parity_entry(
-        &mut self,
-        stripe: u64,
-        fragments: &[Fragment],
-        parity_writes: &[(usize, BufferSlice, u64)],
-        spare: Option<BufferSlice>,
-        scratch: &mut Vec<BufferId>,
-        writes: &mut Vec<(Column, u64, BufferSlice)>,
-    ) -> bool {
-        self.partial_parity_writes(stripe, fragments, parity_writes, spare, scratch, writes)
-            .is_some()
-    }
-
-    fn partial_parity_writes(
         &mut self,
         stripe: u64,
         fragments: &[Fragment],

@@ -1356,14 +1356,16 @@ impl Engine {
             }
         }
         if op.hold_writes
-            && self.partial_parity_entry(
-                op.stripe,
-                &fragments,
-                &parity_writes,
-                spare,
-                &mut op.scratch,
-                &mut op.journal_writes,
-            )
+            && self
+                .partial_parity_entry(
+                    op.stripe,
+                    &fragments,
+                    &parity_writes,
+                    spare,
+                    &mut op.scratch,
+                    &mut op.journal_writes,
+                )
+                .is_some()
         {
             op.journal_partial_parity = true;
             op.full_stripe = false;
