@@ -41,12 +41,12 @@ use slab::{Key, Slab};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use stripe::StripeOp;
+use tessera_buffer::{BufferId, BufferPool, BufferSlice};
+use tessera_parity::Kernel;
 
 /// The members (and device offsets) a column write goes to: one, a copy per mirror, or a
 /// second while a member is replaced; inline so the write path does not allocate for it.
 type Writers = smallvec::SmallVec<[(usize, u64); 4]>;
-use tessera_buffer::{BufferId, BufferPool, BufferSlice};
-use tessera_parity::Kernel;
 
 /// Names a stripe operation.
 pub(crate) type OpId = Key;

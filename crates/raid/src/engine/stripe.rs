@@ -241,7 +241,7 @@ impl StripeOp {
 
     /// This op made new for `stripe`, keeping the capacity of its lists.
     fn reuse(&mut self, stripe: u64, region: u64, kind: Kind) {
-        let mut scratch = std::mem::take(&mut self.scratch);
+        let scratch = std::mem::take(&mut self.scratch);
         let mut held_writes = std::mem::take(&mut self.held_writes);
         let mut journal_writes = std::mem::take(&mut self.journal_writes);
         let mut supplied = std::mem::take(&mut self.supplied);
@@ -249,7 +249,6 @@ impl StripeOp {
         held_writes.clear();
         journal_writes.clear();
         supplied.clear();
-        scratch.clear();
         *self = StripeOp {
             scratch,
             held_writes,
@@ -388,10 +387,8 @@ impl Engine {
         }
     }
 
-    fn recycle_op(&mut self, mut op: Box<StripeOp>) {
-        if let Kind::Write { fragments } = &mut op.kind {
-            self.recycle_fragments(std::mem::take(fragments));
-        }
+    /// Keeps a finished op for reuse (its fragments went back in `finish_op`).
+    fn recycle_op(&mut self, op: Box<StripeOp>) {
         if self.spare_ops.len() < SPARE_OPS {
             self.spare_ops.push(op);
         }
@@ -916,21 +913,6 @@ impl Engine {
             Err(PlanError::BeyondRedundancy) => return Planned::BeyondRedundancy,
         };
         let range = plan.parity_range;
-        let Kind::Write { fragments } = &op.kind else {
-            unreachable!()
-        };
-        // Data chunks written by exactly one fragment covering the whole parity range: their
-        // new data is the reconstruct-write source as it is, with no scratch copy.
-        let mut written_whole = 0u64;
-        for index in 0..data_chunks {
-            let single = fragments.iter().filter(|f| f.index == index).count() == 1
-                && fragments
-                    .iter()
-                    .any(|f| f.index == index && f.range == range);
-            if single {
-                written_whole |= 1 << index;
-            }
-        }
         let mut data: [Option<(BufferSlice, u64)>; MAX_MEMBERS] = [None; MAX_MEMBERS];
         let mut parity_old = [None; 2];
         let mut parity_new = [None; 2];
@@ -938,6 +920,21 @@ impl Engine {
         match plan.strategy {
             WriteStrategy::DataOnly => {}
             WriteStrategy::ReconstructWrite => {
+                let Kind::Write { fragments } = &op.kind else {
+                    unreachable!()
+                };
+                // Data chunks written by exactly one fragment covering the whole parity range:
+                // their new data is the source as it is, with no scratch copy.
+                let mut written_whole = 0u64;
+                for index in 0..data_chunks {
+                    let single = fragments.iter().filter(|f| f.index == index).count() == 1
+                        && fragments
+                            .iter()
+                            .any(|f| f.index == index && f.range == range);
+                    if single {
+                        written_whole |= 1 << index;
+                    }
+                }
                 for index in 0..data_chunks {
                     if written_whole & (1 << index) == 0 {
                         let Some(slice) = self.scratch(op, range.len()) else {
@@ -1226,8 +1223,14 @@ impl Engine {
     }
 
     fn compute_write(&mut self, id: OpId, op: &mut StripeOp) {
-        let covers_full_stripe =
-            op.covers_full_stripe(self.geometry.data_chunks(), self.geometry.chunk_bytes());
+        let chunk_bytes = self.geometry.chunk_bytes();
+        let full_stripe = match &op.work {
+            Work::ParityWrite { range, .. } => {
+                range.len() == chunk_bytes
+                    && op.covers_full_stripe(self.geometry.data_chunks(), chunk_bytes)
+            }
+            _ => false,
+        };
         // Out of the op while it is computed (the op is borrowed mutably throughout), put
         // back at the end: no copy of the fragment list per write.
         let Kind::Write { fragments } = &mut op.kind else {
@@ -1239,7 +1242,6 @@ impl Engine {
         // A scratch slice over a lone fragment's range that nothing reads once parity is
         // computed: room for a partial parity journal entry without taking more memory.
         let mut spare: Option<BufferSlice> = None;
-        let mut full_stripe = false;
         if let Work::ParityWrite {
             strategy,
             range,
@@ -1250,7 +1252,6 @@ impl Engine {
         } = work
         {
             let data_chunks = self.geometry.data_chunks();
-            full_stripe = range.len() == self.geometry.chunk_bytes() && covers_full_stripe;
             match strategy {
                 WriteStrategy::DataOnly => {}
                 WriteStrategy::ReconstructWrite | WriteStrategy::RecoverThenWrite => {
