@@ -165,19 +165,18 @@ impl ThinDrive {
         let Some(lower) = self.lower.remove(&id) else {
             return false;
         };
+        let store = self.store.as_mut().expect("a store issued the command");
         let result = match result {
             Ok(Some(buffer)) => {
-                let data = engine.pool().slice(buffer)[..lower.read_bytes].to_vec();
+                let mut data = store.spare_buffer();
+                data.extend_from_slice(&engine.pool().slice(buffer)[..lower.read_bytes]);
                 engine.pool_mut().free(buffer);
                 Ok(Some(data))
             }
             Ok(None) => Ok(None),
             Err(_) => Err(()),
         };
-        self.store
-            .as_mut()
-            .expect("a store issued the command")
-            .lower_done(lower.lower_id, result);
+        store.lower_done(lower.lower_id, result);
         true
     }
 }

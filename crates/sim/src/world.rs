@@ -617,6 +617,14 @@ impl World {
                         self.thin.as_mut().expect("thin").queue_lower(command)
                     }
                     tessera_thin::Output::Reply(reply) => {
+                        // A buffer goes back to the store as the daemon's does once sent, so
+                        // the simulated drive runs its buffer reuse.
+                        if let (Ok(Some(data)), Some(store)) = (
+                            &reply.result,
+                            self.thin.as_mut().and_then(|t| t.store.as_mut()),
+                        ) {
+                            store.recycle(vec![0; data.len()]);
+                        }
                         let result = reply.result.map_err(|error| match error {
                             tessera_thin::ThinError::NoSpace => Failure::NoSpace,
                             tessera_thin::ThinError::Unavailable => Failure::Unavailable,

@@ -37,9 +37,11 @@ pub struct Compressor {
 }
 
 impl Compressor {
+    /// A compressor whose buffers are made at its first use, so that one can stand in for
+    /// another (`std::mem::take`) without allocating.
     pub fn new() -> Compressor {
         Compressor {
-            scratch: vec![0; lz4_flex::block::get_maximum_output_size(BLOCK).max(BLOCK * 2)],
+            scratch: Vec::new(),
             zstd: None,
         }
     }
@@ -47,6 +49,10 @@ impl Compressor {
     /// The stored form of one block with `preferred`: the codec used and the bytes.
     pub fn compress<'a>(&'a mut self, block: &'a [u8], preferred: Codec) -> (Codec, &'a [u8]) {
         assert_eq!(block.len(), BLOCK, "compress takes whole blocks");
+        let scratch_bytes = lz4_flex::block::get_maximum_output_size(BLOCK).max(BLOCK * 2);
+        if self.scratch.len() < scratch_bytes {
+            self.scratch.resize(scratch_bytes, 0);
+        }
         let len = match preferred {
             Codec::Raw => None,
             Codec::Lz4 => lz4_flex::block::compress_into(block, &mut self.scratch).ok(),

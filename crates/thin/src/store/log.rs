@@ -82,7 +82,7 @@ impl Store {
             first_of_session,
             kind,
             checkpoint_id,
-            entries: Vec::new(),
+            entries: std::mem::take(&mut self.spare_entries),
             bytes: vec![0; record_bytes as usize],
             payload_start: record_bytes,
             opened_us: self.now_us,
@@ -189,6 +189,9 @@ impl Store {
             RECORD_HEADER_BYTES + header.entries.len() * ENTRY_BYTES <= open.payload_start as usize
         );
         header.encode(&mut open.bytes);
+        let mut entries = header.entries;
+        entries.clear();
+        self.spare_entries = entries;
         let data = Arc::new(open.bytes);
         self.in_flight
             .insert(open.seq, (open.record, Arc::clone(&data)));

@@ -11,7 +11,7 @@ mod write;
 pub use scrub::ScrubProgress;
 
 use crate::codec::{Codec, Compressor};
-use crate::format::{CheckpointHeader, Location};
+use crate::format::{CheckpointHeader, Entry, Location};
 use crate::layout::Layout;
 use crate::map::BlockMap;
 use crate::{BLOCK_BYTES, SECTOR_BYTES};
@@ -348,6 +348,11 @@ enum CheckpointStage {
     Header,
 }
 
+/// Largest data buffer kept for reuse.
+const SPARE_BUFFER_MAX_CAPACITY: usize = 128 << 10;
+/// How many data buffers are kept for reuse.
+const SPARE_BUFFERS_MAX: usize = 64;
+
 pub struct Store {
     config: Config,
     layout: Layout,
@@ -361,6 +366,8 @@ pub struct Store {
 
     // The log.
     open: Option<OpenRecord>,
+    /// The entry list of the last record sealed, kept with its capacity for the next one.
+    spare_entries: Vec<Entry>,
     /// The last sequence number given to a record.
     last_seq: u64,
     /// The next record's number jumps (the first record after start-up).
@@ -394,6 +401,11 @@ pub struct Store {
     /// A partial-block write reading the blocks it merges into; the queue waits for it.
     merge: Option<write::Merge>,
     reads: HashMap<u64, read::ReadState>,
+    /// Lists of finished reads, kept for the next ones.
+    spare_read_lists: Vec<read::ReadLists>,
+    /// Data buffers given back (`recycle`), for the next reads' output and the caller's
+    /// lower read data (`spare_buffer`).
+    spare_buffers: Vec<Vec<u8>>,
     /// Stored blocks known to have no good copy.
     lost: std::collections::HashSet<Location>,
     next_read: u64,
@@ -484,6 +496,9 @@ impl Store {
             blocked: VecDeque::new(),
             merge: None,
             reads: HashMap::new(),
+            spare_read_lists: Vec::new(),
+            spare_entries: Vec::new(),
+            spare_buffers: Vec::new(),
             lost: Default::default(),
             next_read: 1,
             durable_checkpoint: None,
@@ -624,6 +639,25 @@ impl Store {
             return Err(ThinError::OutOfRange);
         }
         Ok(())
+    }
+
+    /// An empty data buffer, one given back earlier if there is one: fill it with a lower
+    /// read's data for `lower_done`, so that the data path allocates nothing once warm.
+    pub fn spare_buffer(&mut self) -> Vec<u8> {
+        self.spare_buffers.pop().unwrap_or_default()
+    }
+
+    /// Takes back a buffer the store handed out (a read's reply data) or took in (a lower
+    /// read's data), for later reads. Large buffers and buffers beyond a few dozen are
+    /// dropped, so what is kept stays small.
+    pub fn recycle(&mut self, mut buffer: Vec<u8>) {
+        if buffer.capacity() > 0
+            && buffer.capacity() <= SPARE_BUFFER_MAX_CAPACITY
+            && self.spare_buffers.len() < SPARE_BUFFERS_MAX
+        {
+            buffer.clear();
+            self.spare_buffers.push(buffer);
+        }
     }
 
     /// A lower command finished; reads carry their data.

@@ -27,13 +27,24 @@ pub(super) struct ReadState {
     first_lba: u64,
     /// Whole blocks.
     out: Vec<u8>,
-    /// Blocks read from the group: (lba, location).
-    blocks: Vec<(u64, Location)>,
-    /// Lower reads: (offset, indices into `blocks`).
-    groups: Vec<(u64, Vec<usize>)>,
+    lists: ReadLists,
     pending: u32,
     failed: bool,
 }
+
+/// The lists of one read, kept with their capacity for the next read once it finishes
+/// (`Store::spare_read_lists`), so that reading allocates nothing once the store is warm.
+#[derive(Default)]
+pub(super) struct ReadLists {
+    /// Blocks read from the group: (lba, location, index into `groups`).
+    blocks: Vec<(u64, Location, usize)>,
+    /// Lower reads, one per record holding blocks of the read: (record, start, end) of the
+    /// bytes read.
+    groups: Vec<(u64, u64, u64)>,
+}
+
+/// Most read lists kept for reuse.
+const SPARE_READ_LISTS_MAX: usize = 256;
 
 impl Store {
     pub(super) fn start_read(&mut self, purpose: Purpose, offset_bytes: u64, len_bytes: u64) {
@@ -43,19 +54,10 @@ impl Store {
         }
         let first_lba = offset_bytes / BLOCK_BYTES;
         let end_lba = (offset_bytes + len_bytes).div_ceil(BLOCK_BYTES);
-        let mut state = ReadState {
-            purpose,
-            offset_bytes,
-            len_bytes,
-            first_lba,
-            out: vec![0; ((end_lba - first_lba) * BLOCK_BYTES) as usize],
-            blocks: Vec::new(),
-            groups: Vec::new(),
-            pending: 0,
-            failed: false,
-        };
+        let mut lists = self.spare_read_lists.pop().unwrap_or_default();
+        let mut out = self.spare_buffer();
+        out.resize(((end_lba - first_lba) * BLOCK_BYTES) as usize, 0);
         // Blocks of one record are read with one lower read.
-        let mut by_record: Vec<(u64, Vec<usize>)> = Vec::new();
         for lba in first_lba..end_lba {
             let Some(location) = self.map.get(lba) else {
                 continue;
@@ -65,32 +67,42 @@ impl Store {
             if let Some(bytes) = self.resident_bytes(record) {
                 let within = (location.address_bytes - self.layout.record_offset(record)) as usize;
                 let stored = &bytes[within..within + location.stored_len as usize];
-                codec::decompress(location.codec, stored, &mut state.out[at..at + BLOCK])
+                codec::decompress(location.codec, stored, &mut out[at..at + BLOCK])
                     .expect("blocks in memory are intact");
                 continue;
             }
-            state.blocks.push((lba, location));
-            let index = state.blocks.len() - 1;
-            match by_record.iter_mut().find(|(r, _)| *r == record) {
-                Some((_, list)) => list.push(index),
-                None => by_record.push((record, vec![index])),
-            }
+            let (start, len) = Self::covering(&location);
+            let group = match lists.groups.iter().position(|&(r, _, _)| r == record) {
+                Some(group) => {
+                    let (_, first, end) = &mut lists.groups[group];
+                    *first = (*first).min(start);
+                    *end = (*end).max(start + len);
+                    group
+                }
+                None => {
+                    lists.groups.push((record, start, start + len));
+                    lists.groups.len() - 1
+                }
+            };
+            lists.blocks.push((lba, location, group));
         }
         let read = self.next_read;
         self.next_read += 1;
-        for (_, indices) in by_record {
-            let (start, end) = indices
-                .iter()
-                .map(|&i| {
-                    let (offset, len) = Self::covering(&state.blocks[i].1);
-                    (offset, offset + len)
-                })
-                .fold((u64::MAX, 0), |(s, e), (a, b)| (s.min(a), e.max(b)));
-            let group = state.groups.len();
-            state.groups.push((start, indices));
-            state.pending += 1;
+        let reads = lists.groups.len();
+        for group in 0..reads {
+            let (_, start, end) = lists.groups[group];
             self.read_lower(start, end - start, super::Pending::HostRead { read, group });
         }
+        let state = ReadState {
+            purpose,
+            offset_bytes,
+            len_bytes,
+            first_lba,
+            out,
+            lists,
+            pending: reads as u32,
+            failed: false,
+        };
         if state.pending == 0 {
             self.finish_read(state);
         } else {
@@ -118,7 +130,7 @@ impl Store {
 
     /// Checks and expands one stored block into the read's output.
     fn accept_block(state: &mut ReadState, index: usize, stored: &[u8]) -> bool {
-        let (lba, location) = state.blocks[index];
+        let (lba, location, _) = state.lists.blocks[index];
         if stored.len() != location.stored_len as usize
             || codec::checksum(stored) != location.checksum
         {
@@ -135,13 +147,16 @@ impl Store {
         result: Result<Option<Vec<u8>>, ()>,
     ) {
         let mut state = self.reads.remove(&read).expect("read in flight");
-        let (offset, indices) = state.groups[group].clone();
+        let (_, offset, _) = state.lists.groups[group];
         self.release_reader(offset);
         state.pending -= 1;
         match result {
             Ok(Some(data)) => {
-                for index in indices {
-                    let location = state.blocks[index].1;
+                for index in 0..state.lists.blocks.len() {
+                    let (_, location, of_group) = state.lists.blocks[index];
+                    if of_group != group {
+                        continue;
+                    }
                     let within = (location.address_bytes - offset) as usize;
                     let stored = data.get(within..within + location.stored_len as usize);
                     if stored.is_some_and(|stored| Self::accept_block(&mut state, index, stored)) {
@@ -150,6 +165,7 @@ impl Store {
                     self.stats.checksum_errors_detected += 1;
                     self.repair_block(read, &mut state, index, 0);
                 }
+                self.recycle(data);
             }
             _ => state.failed = true,
         }
@@ -158,7 +174,7 @@ impl Store {
 
     /// Reads a block that failed its checksum around copy `copy` of it.
     fn repair_block(&mut self, read: u64, state: &mut ReadState, index: usize, copy: u8) {
-        let (lba, location) = state.blocks[index];
+        let (lba, location, _) = state.lists.blocks[index];
         if copy >= self.config.repair_sources {
             state.failed = true;
             self.lost.insert(location);
@@ -191,7 +207,7 @@ impl Store {
         result: Result<Option<Vec<u8>>, ()>,
     ) {
         let mut state = self.reads.remove(&read).expect("read in flight");
-        let (lba, location) = state.blocks[index];
+        let (lba, location, _) = state.lists.blocks[index];
         let (offset, _) = Self::covering(&location);
         self.release_reader(offset);
         state.pending -= 1;
@@ -230,17 +246,32 @@ impl Store {
     }
 
     fn finish_read(&mut self, state: ReadState) {
-        let result = if state.failed {
+        let ReadState {
+            purpose,
+            offset_bytes,
+            len_bytes,
+            first_lba,
+            mut out,
+            mut lists,
+            failed,
+            ..
+        } = state;
+        lists.blocks.clear();
+        lists.groups.clear();
+        if self.spare_read_lists.len() < SPARE_READ_LISTS_MAX {
+            self.spare_read_lists.push(lists);
+        }
+        let result = if failed {
+            self.recycle(out);
             Err(ThinError::Io)
         } else {
-            let within = (state.offset_bytes - state.first_lba * BLOCK_BYTES) as usize;
-            let mut out = state.out;
-            if within != 0 || out.len() as u64 != state.len_bytes {
-                out = out[within..within + state.len_bytes as usize].to_vec();
-            }
+            // The whole blocks read become the asked range in place.
+            let within = (offset_bytes - first_lba * BLOCK_BYTES) as usize;
+            out.copy_within(within..within + len_bytes as usize, 0);
+            out.truncate(len_bytes as usize);
             Ok(out)
         };
-        self.read_finished(state.purpose, result);
+        self.read_finished(purpose, result);
     }
 
     fn read_finished(&mut self, purpose: Purpose, result: Result<Vec<u8>, ThinError>) {

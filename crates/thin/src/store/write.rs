@@ -48,7 +48,13 @@ impl Store {
                 return;
             };
             match self.apply(id, &op) {
-                Applied::Done => {}
+                // The write's data is in the log now (or the write failed): its buffer can
+                // carry another request's data.
+                Applied::Done => {
+                    if let HostOp::Write { data, .. } = op {
+                        self.recycle(data);
+                    }
+                }
                 Applied::Wait => {
                     self.blocked.push_front((id, op));
                     return;

@@ -26,6 +26,10 @@ impl Lower {
 }
 
 /// Runs the store until it has nothing to do; returns the replies it gave.
+///
+/// Buffers go back and forth as the daemon's do (a buffer the size of each reply's data is
+/// given back with `Store::recycle`, lower read data is carried in `Store::spare_buffer`), so
+/// every test also runs the store's buffer reuse.
 pub fn run(store: &mut Store, lower: &mut Lower) -> Vec<Reply> {
     let mut replies = Vec::new();
     for _ in 0..1_000_000 {
@@ -33,10 +37,19 @@ pub fn run(store: &mut Store, lower: &mut Lower) -> Vec<Reply> {
             return replies;
         };
         match output {
-            Output::Reply(reply) => replies.push(reply),
+            Output::Reply(reply) => {
+                if let Ok(Some(data)) = &reply.result {
+                    store.recycle(vec![0xA5; data.len()]);
+                }
+                replies.push(reply);
+            }
             Output::Event(event) => lower.events.push(event),
             Output::Lower(command) => {
-                let result = command.op.apply_to(&mut lower.image);
+                let result = command.op.apply_to(&mut lower.image).map(|data| {
+                    let mut spare = store.spare_buffer();
+                    spare.extend_from_slice(&data);
+                    spare
+                });
                 store.lower_done(command.id, Ok(result));
             }
         }
