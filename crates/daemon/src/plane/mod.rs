@@ -135,6 +135,8 @@ pub struct DataPlane {
     group_ids: Vec<u32>,
     /// Connection keys of the current `flush_connections` pass, likewise.
     connection_keys: Vec<u64>,
+    /// Thin drive names of the current `pump_thin` pass, likewise.
+    thin_names: Vec<Arc<str>>,
     /// When each group's last scrub ended.
     pub(crate) scrub_finished_unix_ms: BTreeMap<u32, u64>,
     /// Host I/O counters per virtual drive (by name), for `/metrics`.
@@ -167,7 +169,7 @@ pub(crate) enum Requester {
     Ublk(ublk::UblkRequest),
     /// A lower command of a thin drive's store.
     Thin {
-        vd: String,
+        vd: Arc<str>,
         lower_id: u64,
         /// For reads, the length asked for (the engine's buffer may be larger).
         read_bytes: usize,
@@ -357,6 +359,7 @@ impl DataPlane {
             spare_bytes: Vec::new(),
             group_ids: Vec::new(),
             connection_keys: Vec::new(),
+            thin_names: Vec::new(),
             completions: Vec::new(),
             scrub_finished_unix_ms: BTreeMap::new(),
             vd_io: BTreeMap::new(),

@@ -655,7 +655,13 @@ impl DataPlane {
         if let Some(buffer) = buffer
             && let Some(group) = self.groups.get_mut(&serving.group)
         {
-            let data = group.engine.pool().slice(buffer)[..len_bytes as usize].to_vec();
+            // The store gives the buffer back once it holds the data, for the next write.
+            let mut data = self
+                .thin
+                .get_mut(negotiated.export_name())
+                .map(|drive| drive.store.spare_buffer())
+                .unwrap_or_default();
+            data.extend_from_slice(&group.engine.pool().slice(buffer)[..len_bytes as usize]);
             group.engine.pool_mut().free(buffer);
             if request.command == Command::Write {
                 return self.submit_thin_op(
@@ -717,22 +723,24 @@ impl DataPlane {
     }
 
     fn submit_thin_op(&mut self, key: u64, request: Request, op: tessera_thin::HostOp) {
-        let connection = self.connections.get_mut(key).expect("live connection");
-        let Phase::Serving(serving) = &connection.phase else {
-            unreachable!()
-        };
-        let name = serving.negotiated.export_name().to_string();
-        connection.in_flight += 1;
         let id = self.requests.insert(Requester::Host(HostRequest {
             connection: key,
             request,
             submitted: Instant::now(),
         }));
-        if !self.thin_submit(&name, id, op) {
-            self.requests.remove(id);
-            let connection = self.connections.get_mut(key).expect("live connection");
-            connection.in_flight -= 1;
-            self.close_connection(key, "virtual drive not serving");
+        let connection = self.connections.get_mut(key).expect("live connection");
+        let Phase::Serving(serving) = &connection.phase else {
+            unreachable!()
+        };
+        match self.thin.get_mut(serving.negotiated.export_name()) {
+            Some(drive) => {
+                connection.in_flight += 1;
+                drive.store.submit(id, op);
+            }
+            None => {
+                self.requests.remove(id);
+                self.close_connection(key, "virtual drive not serving");
+            }
         }
     }
 
@@ -783,24 +791,26 @@ impl DataPlane {
     }
 
     /// A thin drive's store answered a request.
+    /// A thin drive's store answered a request; gives back the reply's data buffer, for the
+    /// store to reuse.
     pub(super) fn thin_host_reply(
         &mut self,
         id: u64,
         result: Result<Option<Vec<u8>>, tessera_thin::ThinError>,
-    ) {
+    ) -> Option<Vec<u8>> {
         let pending = match self.requests.remove(id) {
             Some(Requester::Host(pending)) => pending,
             Some(Requester::Ublk(pending)) => return self.ublk_thin_reply(pending, result),
-            _ => return,
+            _ => return None,
         };
-        self.deliver(&pending, |request, negotiated| match result {
+        let mut head = spare_bytes(&mut self.spare_bytes);
+        let mut tail = spare_bytes(&mut self.spare_bytes);
+        self.deliver(&pending, |request, negotiated| match &result {
             Ok(Some(data)) => {
-                let mut head = Vec::new();
-                let mut tail = Vec::new();
                 let mut read = ReadReply::new(request, negotiated);
                 read.data(&mut head, request.offset_bytes, request.length_bytes);
                 assert_eq!(data.len(), request.length_bytes as usize);
-                head.extend_from_slice(&data);
+                head.extend_from_slice(data);
                 if read.is_structured() {
                     read.finish(&mut tail);
                 }
@@ -810,11 +820,19 @@ impl DataPlane {
                     tail,
                 }
             }
-            Ok(None) => Outgoing {
-                head: command_reply(request, negotiated, Ok(())),
-                data: None,
-                tail: Vec::new(),
-            },
+            Ok(None) => {
+                encode_command_reply(
+                    &mut head,
+                    request.cookie,
+                    negotiated.structured_replies,
+                    Ok(()),
+                );
+                Outgoing {
+                    head,
+                    data: None,
+                    tail,
+                }
+            }
             Err(error) => {
                 let errno = match error {
                     tessera_thin::ThinError::OutOfRange => Errno::Inval,
@@ -825,6 +843,7 @@ impl DataPlane {
                 error_reply(request, negotiated, errno, &error.to_string())
             }
         });
+        result.ok().flatten()
     }
 
     /// An engine answered a request.

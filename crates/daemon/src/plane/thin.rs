@@ -6,12 +6,16 @@
 use super::{DataPlane, Requester, group::Group};
 use crate::blob::{ThinRecord, VdRecord};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use tessera_api::model::{Compression, ThinStatsView};
 use tessera_raid::engine::{HostError, HostOp, HostRequest};
 use tessera_thin::{Config, LowerCommand, LowerOp, Output, Store, ThinEvent};
 
 /// A thin drive's store and where it lives.
 pub(crate) struct ThinDrive {
+    /// The drive's name (its key in `DataPlane::thin`), shared with the requests it has at
+    /// its group.
+    name: Arc<str>,
     pub group: u32,
     /// Where the store's extent starts in the group's data space.
     pub extent_offset_bytes: u64,
@@ -73,6 +77,7 @@ impl DataPlane {
             Store::open(config)?
         };
         let drive = ThinDrive {
+            name: Arc::from(name),
             group: group.id,
             extent_offset_bytes: vd.offset_bytes,
             store,
@@ -125,22 +130,31 @@ impl DataPlane {
     /// Carries out every store's output; true if anything happened.
     pub(super) fn pump_thin(&mut self) -> bool {
         let mut progressed = false;
-        let names: Vec<String> = self.thin.keys().cloned().collect();
-        for name in names {
-            progressed |= self.retry_backlog(&name);
+        let mut names = std::mem::take(&mut self.thin_names);
+        names.extend(self.thin.values().map(|drive| Arc::clone(&drive.name)));
+        for name in &names {
+            progressed |= self.retry_backlog(name);
             while let Some(output) = self
                 .thin
-                .get_mut(&name)
+                .get_mut(&**name)
                 .and_then(|drive| drive.store.poll())
             {
                 progressed = true;
                 match output {
-                    Output::Lower(command) => self.thin_lower(&name, command),
-                    Output::Reply(reply) => self.thin_host_reply(reply.id, reply.result),
-                    Output::Event(event) => self.thin_event(&name, event),
+                    Output::Lower(command) => self.thin_lower(name, command),
+                    Output::Reply(reply) => {
+                        if let Some(data) = self.thin_host_reply(reply.id, reply.result)
+                            && let Some(drive) = self.thin.get_mut(&**name)
+                        {
+                            drive.store.recycle(data);
+                        }
+                    }
+                    Output::Event(event) => self.thin_event(name, event),
                 }
             }
         }
+        names.clear();
+        self.thin_names = names;
         progressed
     }
 
@@ -233,7 +247,7 @@ impl DataPlane {
             },
         };
         let id = self.requests.insert(Requester::Thin {
-            vd: name.to_string(),
+            vd: Arc::clone(&drive.name),
             lower_id: command.id,
             read_bytes,
         });
@@ -250,17 +264,22 @@ impl DataPlane {
         read_bytes: usize,
         result: Result<Option<tessera_buffer::BufferId>, HostError>,
     ) {
+        let mut drive = self.thin.get_mut(name);
         let result = match result {
             Ok(Some(buffer)) => {
                 let engine = &mut self.groups.get_mut(&group).expect("replying group").engine;
-                let data = engine.pool().slice(buffer)[..read_bytes].to_vec();
+                let mut data = drive
+                    .as_deref_mut()
+                    .map(|drive| drive.store.spare_buffer())
+                    .unwrap_or_default();
+                data.extend_from_slice(&engine.pool().slice(buffer)[..read_bytes]);
                 engine.pool_mut().free(buffer);
                 Ok(Some(data))
             }
             Ok(None) => Ok(None),
             Err(_) => Err(()),
         };
-        if let Some(drive) = self.thin.get_mut(name) {
+        if let Some(drive) = drive {
             drive.store.lower_done(lower_id, result);
         }
     }

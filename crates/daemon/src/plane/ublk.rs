@@ -733,11 +733,19 @@ impl DataPlane {
                 offset_bytes,
                 len_bytes,
             },
-            BlockOp::Write { fua } => tessera_thin::HostOp::Write {
-                offset_bytes,
-                data: request.data().to_vec(),
-                fua,
-            },
+            BlockOp::Write { fua } => {
+                let mut data = self
+                    .thin
+                    .get_mut(&**vd)
+                    .map(|drive| drive.store.spare_buffer())
+                    .unwrap_or_default();
+                data.extend_from_slice(request.data());
+                tessera_thin::HostOp::Write {
+                    offset_bytes,
+                    data,
+                    fua,
+                }
+            }
             BlockOp::Flush => tessera_thin::HostOp::Flush,
             BlockOp::Discard => tessera_thin::HostOp::Trim {
                 offset_bytes,
@@ -799,7 +807,7 @@ impl DataPlane {
         &mut self,
         pending: UblkRequest,
         result: Result<Option<Vec<u8>>, tessera_thin::ThinError>,
-    ) {
+    ) -> Option<Vec<u8>> {
         let UblkRequest {
             vd,
             mut request,
@@ -811,9 +819,16 @@ impl DataPlane {
                 assert_eq!(data.len(), request.len_bytes as usize);
                 request.data_mut().copy_from_slice(&data);
                 request.complete(Ok(()));
+                Some(data)
             }
-            Ok(None) => request.complete(Ok(())),
-            Err(error) => request.complete(Err(thin_errno_of(error))),
+            Ok(None) => {
+                request.complete(Ok(()));
+                None
+            }
+            Err(error) => {
+                request.complete(Err(thin_errno_of(error)));
+                None
+            }
         }
     }
 
