@@ -11,8 +11,9 @@ use tessera_raid::engine::{
     Command, CreateSpec, Engine, EngineConfig, HostOp, HostRequest, MemberCommand, MemberOp,
 };
 use tessera_raid::geometry::Level;
-use tessera_raid::superblock::{JournalMode, Uuid};
+use tessera_raid::superblock::JournalMode;
 
+use crate::harness::group_spec;
 use crate::prng::Rng;
 
 /// Counts heap allocations (and reallocations) of the whole process, passing each call on to
@@ -86,20 +87,17 @@ impl ClosedLoop {
         working_bytes: u64,
     ) -> ClosedLoop {
         let spec = CreateSpec {
-            group_uuid: Uuid([9; 16]),
-            name: "bench".into(),
-            level,
-            chunk_bytes: 64 << 10,
-            members: (0..members)
-                .map(|i| (Uuid([i as u8 + 1; 16]), MEMBER_BYTES))
-                .collect(),
-            created_unix_seconds: 0,
             region_bytes: Some(64 << 20),
             journal_bytes: Some(8 << 20),
-            journal_mode,
-            journal_device: None,
             rebuild_rate_percent: 30,
-            config: Vec::new(),
+            ..group_spec(
+                "bench",
+                level,
+                64 << 10,
+                members,
+                MEMBER_BYTES,
+                journal_mode,
+            )
         };
         let parity: Arc<dyn tessera_parity::Kernel> = Arc::new(
             tessera_parity::Parity::select(&tessera_parity::SelectionConfig::default())

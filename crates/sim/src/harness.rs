@@ -118,20 +118,15 @@ impl Harness {
         journal_device: bool,
     ) -> Harness {
         let spec = CreateSpec {
-            group_uuid: Uuid([9; 16]),
-            name: "harness".into(),
-            level,
-            chunk_bytes,
-            members: (0..members)
-                .map(|i| (Uuid([i as u8 + 1; 16]), member_bytes))
-                .collect(),
-            created_unix_seconds: 0,
-            region_bytes: None,
-            journal_bytes: Some(1 << 20),
-            journal_mode,
             journal_device: journal_device.then_some((Uuid([0xee; 16]), member_bytes)),
-            rebuild_rate_percent: 100,
-            config: Vec::new(),
+            ..group_spec(
+                "harness",
+                level,
+                chunk_bytes,
+                members,
+                member_bytes,
+                journal_mode,
+            )
         };
         let engine = Engine::create(spec, config, parity).expect("harness group");
         let mut harness = Harness {
@@ -421,5 +416,33 @@ impl Harness {
     /// Where a member's data area starts.
     pub fn data_offset_bytes(&self) -> u64 {
         self.engine.superblock().data_offset_bytes
+    }
+}
+
+/// A new group of `members` members of `member_bytes` each, numbered from 1, as the harness
+/// and the closed loop make them: default regions, a 1 MiB journal area, rebuilds unpaced.
+pub fn group_spec(
+    name: &str,
+    level: Level,
+    chunk_bytes: u64,
+    members: usize,
+    member_bytes: u64,
+    journal_mode: JournalMode,
+) -> CreateSpec {
+    CreateSpec {
+        group_uuid: Uuid([9; 16]),
+        name: name.into(),
+        level,
+        chunk_bytes,
+        members: (0..members)
+            .map(|i| (Uuid([i as u8 + 1; 16]), member_bytes))
+            .collect(),
+        created_unix_seconds: 0,
+        region_bytes: None,
+        journal_bytes: Some(1 << 20),
+        journal_mode,
+        journal_device: None,
+        rebuild_rate_percent: 100,
+        config: Vec::new(),
     }
 }

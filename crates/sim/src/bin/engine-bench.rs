@@ -57,7 +57,15 @@ fn main() {
     let mut rows = Vec::new();
     for (level, members, parity) in [(Level::Raid5, 5usize, 1usize), (Level::Raid6, 6, 2)] {
         if journal {
-            journal_cost(level, members, parity, duration, json, &mut rows);
+            journal_cost(
+                level,
+                members,
+                parity,
+                duration,
+                json,
+                only.as_deref(),
+                &mut rows,
+            );
             continue;
         }
         let mut raid = ClosedLoop::new(level, members, JournalMode::AlwaysOff);
@@ -130,6 +138,7 @@ fn journal_cost(
     parity: usize,
     duration: Duration,
     json: bool,
+    only: Option<&str>,
     rows: &mut Vec<String>,
 ) {
     let mut off = ClosedLoop::new(level, members, JournalMode::AlwaysOff);
@@ -137,6 +146,9 @@ fn journal_cost(
     let mut on = ClosedLoop::new(level, members, JournalMode::AlwaysOn);
     on.precondition();
     for workload in [Workload::RandomWrite, Workload::SequentialWrite] {
+        if only.is_some_and(|only| only != format!("{level}:{}", workload.name())) {
+            continue;
+        }
         let (on_run, off_run) = alternate(&mut on, &mut off, workload, duration);
         let (on_iops, off_iops) = (on_run.iops(), off_run.iops());
         let ratio = on_iops / off_iops;
