@@ -1,6 +1,7 @@
 //! Block compression and checksums.
 
 use crate::BLOCK_BYTES;
+use crate::lz4::Lz4Encoder;
 
 const BLOCK: usize = BLOCK_BYTES as usize;
 
@@ -33,6 +34,7 @@ const ZSTD_LEVEL: i32 = 1;
 /// Compresses blocks, reusing its scratch space.
 pub struct Compressor {
     scratch: Vec<u8>,
+    lz4: Option<Lz4Encoder>,
     zstd: Option<zstd::bulk::Compressor<'static>>,
 }
 
@@ -42,6 +44,7 @@ impl Compressor {
     pub fn new() -> Compressor {
         Compressor {
             scratch: Vec::new(),
+            lz4: None,
             zstd: None,
         }
     }
@@ -49,13 +52,16 @@ impl Compressor {
     /// The stored form of one block with `preferred`: the codec used and the bytes.
     pub fn compress<'a>(&'a mut self, block: &'a [u8], preferred: Codec) -> (Codec, &'a [u8]) {
         assert_eq!(block.len(), BLOCK, "compress takes whole blocks");
-        let scratch_bytes = lz4_flex::block::get_maximum_output_size(BLOCK).max(BLOCK * 2);
+        let scratch_bytes = Lz4Encoder::max_output_bytes(BLOCK).max(BLOCK * 2);
         if self.scratch.len() < scratch_bytes {
             self.scratch.resize(scratch_bytes, 0);
         }
         let len = match preferred {
             Codec::Raw => None,
-            Codec::Lz4 => lz4_flex::block::compress_into(block, &mut self.scratch).ok(),
+            Codec::Lz4 => self
+                .lz4
+                .get_or_insert_with(Lz4Encoder::new)
+                .compress(block, &mut self.scratch),
             Codec::Zstd => {
                 if self.zstd.is_none() {
                     self.zstd = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok();

@@ -14,6 +14,7 @@
 pub mod codec;
 pub mod format;
 pub mod layout;
+pub mod lz4;
 pub mod map;
 mod store;
 
