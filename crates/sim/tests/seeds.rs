@@ -33,8 +33,10 @@ const REGRESSIONS: &[u64] = &[
 /// time, until no final checkpoint fitted (114, 340); start-up claimed a new segment for the
 /// log to go on in, so a full drive restarted often could no longer start (1875, 5104); the
 /// buffer pool full under a superblock write (2911, an engine bug); a replayed full-stripe
-/// intent whose stripe lost a data chunk in the crash left Q disagreeing (3475, an engine bug).
-const THIN_REGRESSIONS: &[u64] = &[1, 3, 9, 114, 156, 340, 344, 1875, 2911, 3475, 5104];
+/// intent whose stripe lost a data chunk in the crash left Q disagreeing (3475, an engine bug);
+/// a member failed during the resync after a crash took back a log record the store had
+/// built on, a limit beyond tolerance the checker now allows for (3018, docs/fault-model.md).
+const THIN_REGRESSIONS: &[u64] = &[1, 3, 9, 114, 156, 340, 344, 1875, 2911, 3018, 3475, 5104];
 
 /// Seeds that failed only with every seed journaling (`TESSERA_SIM_JOURNAL=always_on`): a
 /// partial parity entry after a replayable redo entry of its stripe (22755); an update planned
