@@ -54,6 +54,18 @@ pub fn allocations() -> u64 {
     ALLOCATIONS.load(Ordering::Relaxed)
 }
 
+/// Checks that [`CountingAllocator`] is installed (the counter moves when something is
+/// allocated), so that a count of zero means something.
+pub fn assert_counting() {
+    let before = allocations();
+    let probe = std::hint::black_box(vec![1u8; 100]);
+    assert!(
+        allocations() > before,
+        "the counting allocator is installed"
+    );
+    drop(probe);
+}
+
 const MEMBER_BYTES: u64 = 160 << 20;
 const WORKING_BYTES: u64 = 256 << 20;
 const QUEUE_DEPTH: usize = 32;

@@ -7,7 +7,7 @@
 
 use tessera_raid::geometry::Level;
 use tessera_raid::superblock::JournalMode;
-use tessera_sim::closed_loop::{ClosedLoop, CountingAllocator, Limit, Workload, allocations};
+use tessera_sim::closed_loop::{ClosedLoop, CountingAllocator, Limit, Workload, assert_counting};
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -34,14 +34,7 @@ fn allocations_per_request(
 
 #[test]
 fn steady_state_requests_take_no_heap_allocation() {
-    // The counter sees this process: check it counts at all, so a zero below means something.
-    let before = allocations();
-    let probe = std::hint::black_box(vec![1u8; 100]);
-    assert!(
-        allocations() > before,
-        "the counting allocator is installed"
-    );
-    drop(probe);
+    assert_counting();
 
     let workloads = [
         Workload::RandomRead,

@@ -820,19 +820,7 @@ impl DataPlane {
                     tail,
                 }
             }
-            Ok(None) => {
-                encode_command_reply(
-                    &mut head,
-                    request.cookie,
-                    negotiated.structured_replies,
-                    Ok(()),
-                );
-                Outgoing {
-                    head,
-                    data: None,
-                    tail,
-                }
-            }
+            Ok(None) => success_reply(head, tail, request, negotiated),
             Err(error) => {
                 let errno = match error {
                     tessera_thin::ThinError::OutOfRange => Errno::Inval,
@@ -883,19 +871,7 @@ impl DataPlane {
                     tail,
                 }
             }
-            Ok(None) => {
-                encode_command_reply(
-                    &mut head,
-                    request.cookie,
-                    negotiated.structured_replies,
-                    Ok(()),
-                );
-                Outgoing {
-                    head,
-                    data: None,
-                    tail,
-                }
-            }
+            Ok(None) => success_reply(head, tail, request, negotiated),
             Err(error) => {
                 let errno = match error {
                     HostError::OutOfRange => Errno::Inval,
@@ -1179,6 +1155,26 @@ fn recycle_bytes(spares: &mut Vec<Vec<u8>>, mut bytes: Vec<u8>) {
     {
         bytes.clear();
         spares.push(bytes);
+    }
+}
+
+/// The reply to a request answered without data, in reused header buffers.
+fn success_reply(
+    mut head: Vec<u8>,
+    tail: Vec<u8>,
+    request: &Request,
+    negotiated: &Negotiated,
+) -> Outgoing {
+    encode_command_reply(
+        &mut head,
+        request.cookie,
+        negotiated.structured_replies,
+        Ok(()),
+    );
+    Outgoing {
+        head,
+        data: None,
+        tail,
     }
 }
 

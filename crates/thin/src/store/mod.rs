@@ -158,6 +158,17 @@ impl LowerOp {
     /// same, since every copy agrees), writes change it, trims and flushes change nothing
     /// (a trimmed range may read back as it was).
     pub fn apply_to(&self, image: &mut [u8]) -> Option<Vec<u8>> {
+        if let Some((offset_bytes, len_bytes)) = self.read_range() {
+            return Some(image[offset_bytes as usize..][..len_bytes as usize].to_vec());
+        }
+        if let LowerOp::Write { offset_bytes, data } = self {
+            image[*offset_bytes as usize..][..data.len()].copy_from_slice(data);
+        }
+        None
+    }
+
+    /// The range a read (of either kind) asks for: offset and length.
+    pub fn read_range(&self) -> Option<(u64, u64)> {
         match self {
             LowerOp::Read {
                 offset_bytes,
@@ -167,12 +178,8 @@ impl LowerOp {
                 offset_bytes,
                 len_bytes,
                 ..
-            } => Some(image[*offset_bytes as usize..][..*len_bytes as usize].to_vec()),
-            LowerOp::Write { offset_bytes, data } => {
-                image[*offset_bytes as usize..][..data.len()].copy_from_slice(data);
-                None
-            }
-            LowerOp::Trim { .. } | LowerOp::Flush => None,
+            } => Some((*offset_bytes, *len_bytes)),
+            LowerOp::Write { .. } | LowerOp::Trim { .. } | LowerOp::Flush => None,
         }
     }
 }
