@@ -13,7 +13,7 @@ use tessera_raid::engine::{
 use tessera_raid::geometry::Level;
 use tessera_raid::superblock::JournalMode;
 
-use crate::harness::group_spec;
+use crate::harness::{group_spec, read_image, write_image};
 use crate::prng::Rng;
 
 /// Counts heap allocations (and reallocations) of the whole process, passing each call on to
@@ -172,18 +172,14 @@ impl ClosedLoop {
                         offset_bytes,
                         buffer,
                     } => {
-                        let start = offset_bytes as usize;
-                        let out = self.engine.pool_mut().bytes_mut(buffer);
-                        out.copy_from_slice(&member[start..start + out.len()]);
+                        read_image(self.engine.pool_mut(), member, offset_bytes, buffer);
                     }
                     MemberOp::Write {
                         offset_bytes,
                         buffer,
                         ..
                     } => {
-                        let start = offset_bytes as usize;
-                        let data = self.engine.pool().bytes(buffer);
-                        member[start..start + data.len()].copy_from_slice(data);
+                        write_image(self.engine.pool(), member, offset_bytes, buffer);
                     }
                     MemberOp::Flush => {}
                 }

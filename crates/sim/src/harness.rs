@@ -203,10 +203,12 @@ impl Harness {
         offset_bytes: u64,
         buffer: tessera_buffer::BufferSlice,
     ) -> &mut [u8] {
-        let start = offset_bytes as usize;
-        let out = self.engine.pool_mut().bytes_mut(buffer);
-        out.copy_from_slice(&self.members[member][start..start + out.len()]);
-        out
+        read_image(
+            self.engine.pool_mut(),
+            &self.members[member],
+            offset_bytes,
+            buffer,
+        )
     }
 
     /// Carries out every command the engine has until it has none; returns replies seen.
@@ -242,13 +244,15 @@ impl Harness {
                             buffer,
                             ..
                         } => {
-                            let start = offset_bytes as usize;
-                            let data = self.engine.pool().bytes(buffer);
-                            self.members[command.member][start..start + data.len()]
-                                .copy_from_slice(data);
+                            let len = write_image(
+                                self.engine.pool(),
+                                &mut self.members[command.member],
+                                offset_bytes,
+                                buffer,
+                            );
                             let healed: Vec<_> = self
                                 .latent_errors
-                                .range(sectors(offset_bytes, data.len()))
+                                .range(sectors(offset_bytes, len))
                                 .copied()
                                 .collect();
                             for sector in healed {
@@ -417,6 +421,33 @@ impl Harness {
     pub fn data_offset_bytes(&self) -> u64 {
         self.engine.superblock().data_offset_bytes
     }
+}
+
+/// A member read carried out on an in-memory image: its bytes at `offset_bytes` into the
+/// buffer, which is returned.
+pub fn read_image<'a>(
+    pool: &'a mut tessera_buffer::BufferPool,
+    image: &[u8],
+    offset_bytes: u64,
+    buffer: tessera_buffer::BufferSlice,
+) -> &'a mut [u8] {
+    let start = offset_bytes as usize;
+    let out = pool.bytes_mut(buffer);
+    out.copy_from_slice(&image[start..start + out.len()]);
+    out
+}
+
+/// A member write carried out on an in-memory image; how many bytes it wrote.
+pub fn write_image(
+    pool: &tessera_buffer::BufferPool,
+    image: &mut [u8],
+    offset_bytes: u64,
+    buffer: tessera_buffer::BufferSlice,
+) -> usize {
+    let start = offset_bytes as usize;
+    let data = pool.bytes(buffer);
+    image[start..start + data.len()].copy_from_slice(data);
+    data.len()
 }
 
 /// A new group of `members` members of `member_bytes` each, numbered from 1, as the harness
