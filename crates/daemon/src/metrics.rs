@@ -38,7 +38,7 @@ impl DataPlane {
             );
         }
         type Field = fn(&tessera_raid::engine::Counters) -> u64;
-        let series: [(&str, &str, Field); 18] = [
+        let series: [(&str, &str, Field); 19] = [
             (
                 "tessera_dg_host_read_bytes_total",
                 "Bytes read by hosts from a drive group.",
@@ -103,6 +103,11 @@ impl DataPlane {
                 "tessera_dg_repaired_reads_total",
                 "Member read errors repaired by rewriting from redundancy.",
                 |c| c.repaired_reads,
+            ),
+            (
+                "tessera_dg_synced_reads_total",
+                "Mirrored reads awaiting resync written to every copy before the answer.",
+                |c| c.synced_reads,
             ),
             (
                 "tessera_dg_journal_batches_total",

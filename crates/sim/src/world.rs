@@ -139,10 +139,11 @@ pub struct World {
     /// Time at which a failed member is replaced, if one is pending.
     repair_at: Option<u64>,
     faults_enabled: bool,
-    /// A thin run lost or failed a member while its group still resynced after a crash
-    /// (beyond tolerance): the group may since have taken back a record the thin store read
-    /// and built its log on, so at the next crash the log may break there and lose what was
-    /// written after it, flushed or not.
+    /// A thin run over a parity level lost or failed a member while its group still resynced
+    /// after a crash (beyond tolerance): a chunk rebuilt from parity not yet resynced may have
+    /// taken back a record the thin store read and built its log on, so at the next crash the
+    /// log may break there and lose what was written after it, flushed or not. (Mirrors write
+    /// what such a read returned to every copy before answering, so nothing is taken back.)
     thin_log_at_risk: bool,
     /// An orderly stop is under way (repairs wait for the fresh assembly).
     restarting: bool,
@@ -1094,7 +1095,8 @@ impl World {
         }
         let config = self.config.clone();
         // Only runs beyond tolerance fault a member while the group resyncs.
-        let thin_unsynced = self.thin.is_some() && self.exposure().2;
+        let thin_unsynced =
+            self.thin.is_some() && self.geometry().copies() == 1 && self.exposure().2;
         if self.rng.chance(config.crash_rate) {
             let (down, latent, unsynced) = self.exposure();
             if config.mode == FaultMode::BeyondTolerance || (down == 0 && latent == 0) {

@@ -444,22 +444,23 @@ impl Engine {
             self.finish_part(request, Ok(()));
             return;
         }
-        let primary_only = self.geometry.copies() > 1 && self.regions.is_unsynced(piece.region);
+        let unsynced = self.regions.is_unsynced(piece.region);
         // Copies of a region awaiting resync may disagree, and its parity is not trusted: a
-        // read around one copy there is a plain read of the primary.
+        // read around one copy there is a plain read.
         if let Some(copy) = around
-            && !self.regions.is_unsynced(piece.region)
+            && !unsynced
         {
             self.read_around(request, piece, copy);
             return;
         }
-        match self.data_reader(
-            piece.stripe,
-            piece.index,
-            piece.within_bytes,
-            primary_only,
-            0,
-        ) {
+        if unsynced && self.geometry.copies() > 1 {
+            // The first copy answers and the answer reaches the other copies first (under the
+            // stripe lock, as resync would copy it): otherwise losing that copy before resync
+            // gets here would make a later read return what another copy held.
+            self.recover_piece(request, piece, None, false);
+            return;
+        }
+        match self.data_reader(piece.stripe, piece.index, piece.within_bytes, false, 0) {
             Some((member, offset_bytes)) => {
                 self.regions.enter(piece.region);
                 let slice = self.slice(buffer, piece.buffer_offset_bytes, piece.len_bytes);

@@ -169,6 +169,9 @@ pub struct Counters {
     pub degraded_reads: u64,
     pub read_errors: u64,
     pub repaired_reads: u64,
+    /// Read pieces of a mirrored region awaiting resync whose answer was written to the other
+    /// copies before it was given.
+    pub synced_reads: u64,
     pub coalesced_writes: u64,
     pub rebuilt_bytes: u64,
     pub resynced_stripes: u64,

@@ -34,6 +34,8 @@ pub(crate) struct RecoverPiece {
     repair_member: Option<usize>,
     /// Write what is recovered back to `repair_member` (it failed the read).
     rewrite: bool,
+    /// The member a mirrored piece was read from, once planned.
+    read_from: Option<usize>,
 }
 
 pub(crate) enum Kind {
@@ -76,6 +78,7 @@ impl Kind {
                 target,
                 repair_member,
                 rewrite,
+                read_from: None,
             }],
         }
     }
@@ -321,6 +324,7 @@ impl StripeOp {
             target,
             repair_member,
             rewrite,
+            read_from: None,
         });
         true
     }
@@ -1050,6 +1054,9 @@ impl Engine {
         };
         let mut pieces = pieces.clone();
         let mut reads = Vec::new();
+        // Copies awaiting resync may disagree: the first readable one answers, as resync
+        // copies it (and `compute_recover` copies the answer to the others).
+        let primary_only = self.regions.is_unsynced(op.region);
         for piece in &mut pieces {
             let exclude = op.unreadable | piece.repair_member.map_or(0, |m| 1 << m);
             let reader = |exclude| {
@@ -1057,7 +1064,7 @@ impl Engine {
                     op.stripe,
                     piece.piece.index,
                     piece.piece.within_bytes,
-                    false,
+                    primary_only,
                     exclude,
                 )
             };
@@ -1073,7 +1080,10 @@ impl Engine {
                 }
             };
             match chosen {
-                Some((member, offset_bytes)) => reads.push((member, offset_bytes, piece.target)),
+                Some((member, offset_bytes)) => {
+                    piece.read_from = Some(member);
+                    reads.push((member, offset_bytes, piece.target));
+                }
                 None => return Planned::BeyondRedundancy,
             }
         }
@@ -1445,16 +1455,18 @@ impl Engine {
             }
         }
         // Rewrite what a member failed to read, from the recovered data: a latent sector error
-        // is repaired (or, if the write fails too, the member fails).
+        // is repaired (or, if the write fails too, the member fails). In a mirrored region
+        // awaiting resync, the answer also goes to every other copy before it is given: the
+        // copies may disagree, and losing the one read must not change what was read.
+        let sync_copies = self.geometry.parity_chunks() == 0 && self.regions.is_unsynced(op.region);
         for piece in &pieces {
-            let Some(member) = piece.repair_member.filter(|_| piece.rewrite) else {
-                continue;
-            };
-            if self.members.list[member].is_failed() {
-                continue;
-            }
             let writers = self.column_writers(op.stripe, Column::Data(piece.piece.index));
-            if let Some(&(_, offset)) = writers.iter().find(|(writer, _)| *writer == member) {
+            for (member, offset) in writers {
+                let repair = piece.rewrite && piece.repair_member == Some(member);
+                let sync = sync_copies && piece.read_from.is_some_and(|from| from != member);
+                if !(repair || sync) || self.members.list[member].is_failed() {
+                    continue;
+                }
                 let offset_bytes = offset + piece.piece.within_bytes;
                 self.op_issue(
                     id,
@@ -1466,12 +1478,16 @@ impl Engine {
                         fua: false,
                     },
                 );
-                self.counters.repaired_reads += 1;
-                self.emit_event(GroupEvent::ReadErrorRepaired {
-                    member,
-                    offset_bytes,
-                    len_bytes: piece.piece.len_bytes,
-                });
+                if repair {
+                    self.counters.repaired_reads += 1;
+                    self.emit_event(GroupEvent::ReadErrorRepaired {
+                        member,
+                        offset_bytes,
+                        len_bytes: piece.piece.len_bytes,
+                    });
+                } else {
+                    self.counters.synced_reads += 1;
+                }
             }
         }
         op.work = work;
