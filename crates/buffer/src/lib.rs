@@ -12,8 +12,10 @@
 
 mod access;
 mod buddy;
+mod spares;
 
 pub use access::Access;
+pub use spares::SpareVecs;
 
 use buddy::Buddy;
 use std::alloc::Layout;

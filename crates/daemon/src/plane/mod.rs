@@ -129,7 +129,7 @@ pub struct DataPlane {
     completions: Vec<Completion>,
     /// Reply header buffers whose sends finished, kept for the next replies so that
     /// answering a request allocates nothing once the plane is warm.
-    spare_bytes: Vec<Vec<u8>>,
+    spare_bytes: tessera_buffer::SpareVecs,
     /// Group ids of the current `process_engines` pass, kept between passes for the same
     /// reason.
     group_ids: Vec<u32>,
@@ -356,7 +356,10 @@ impl DataPlane {
             started: Instant::now(),
             stopping: false,
             immediate: Vec::new(),
-            spare_bytes: Vec::new(),
+            spare_bytes: tessera_buffer::SpareVecs::new(
+                nbd::SPARE_BYTES_MAX,
+                nbd::SPARE_BYTES_MAX_CAPACITY,
+            ),
             group_ids: Vec::new(),
             connection_keys: Vec::new(),
             thin_names: Vec::new(),

@@ -353,8 +353,8 @@ impl DataPlane {
             if let Some((group, buffer, _)) = outgoing.data {
                 self.free_buffer(Some(group), buffer);
             }
-            recycle_bytes(&mut self.spare_bytes, outgoing.head);
-            recycle_bytes(&mut self.spare_bytes, outgoing.tail);
+            self.spare_bytes.give(outgoing.head);
+            self.spare_bytes.give(outgoing.tail);
         }
         if let Some(connection) = self.connections.get_mut(key) {
             connection.sending = sent;
@@ -803,8 +803,8 @@ impl DataPlane {
             Some(Requester::Ublk(pending)) => return self.ublk_thin_reply(pending, result),
             _ => return None,
         };
-        let mut head = spare_bytes(&mut self.spare_bytes);
-        let mut tail = spare_bytes(&mut self.spare_bytes);
+        let mut head = self.spare_bytes.take();
+        let mut tail = self.spare_bytes.take();
         self.deliver(&pending, |request, negotiated| match &result {
             Ok(Some(data)) => {
                 let mut read = ReadReply::new(request, negotiated);
@@ -856,8 +856,8 @@ impl DataPlane {
             Ok(Some(buffer)) => Some(buffer),
             _ => None,
         };
-        let mut head = spare_bytes(&mut self.spare_bytes);
-        let mut tail = spare_bytes(&mut self.spare_bytes);
+        let mut head = self.spare_bytes.take();
+        let mut tail = self.spare_bytes.take();
         let delivered = self.deliver(&pending, |request, negotiated| match reply.result {
             Ok(Some(buffer)) => {
                 let mut read = ReadReply::new(request, negotiated);
@@ -927,8 +927,8 @@ impl DataPlane {
                 // Headers without data join the previous header: one part, not one each.
                 Some(last) if merges => {
                     last.head.extend_from_slice(&next.head);
-                    recycle_bytes(&mut self.spare_bytes, next.head);
-                    recycle_bytes(&mut self.spare_bytes, next.tail);
+                    self.spare_bytes.give(next.head);
+                    self.spare_bytes.give(next.tail);
                 }
                 _ => batch.push(next),
             }
@@ -1138,25 +1138,9 @@ fn block_status_reply(
 }
 
 /// Largest reply header buffer kept for reuse (merged headers of a deep queue fit).
-const SPARE_BYTES_MAX_CAPACITY: usize = 64 << 10;
+pub(super) const SPARE_BYTES_MAX_CAPACITY: usize = 64 << 10;
 /// How many reply header buffers are kept for reuse.
-const SPARE_BYTES_MAX: usize = 1024;
-
-/// An empty buffer for a reply header, reused when one is spare.
-fn spare_bytes(spares: &mut Vec<Vec<u8>>) -> Vec<u8> {
-    spares.pop().unwrap_or_else(|| Vec::with_capacity(64))
-}
-
-/// Keeps a sent reply header's buffer for a later reply.
-fn recycle_bytes(spares: &mut Vec<Vec<u8>>, mut bytes: Vec<u8>) {
-    if bytes.capacity() > 0
-        && bytes.capacity() <= SPARE_BYTES_MAX_CAPACITY
-        && spares.len() < SPARE_BYTES_MAX
-    {
-        bytes.clear();
-        spares.push(bytes);
-    }
-}
+pub(super) const SPARE_BYTES_MAX: usize = 1024;
 
 /// The reply to a request answered without data, in reused header buffers.
 fn success_reply(

@@ -412,7 +412,7 @@ pub struct Store {
     spare_read_lists: Vec<read::ReadLists>,
     /// Data buffers given back (`recycle`), for the next reads' output and the caller's
     /// lower read data (`spare_buffer`).
-    spare_buffers: Vec<Vec<u8>>,
+    spare_buffers: tessera_buffer::SpareVecs,
     /// Stored blocks known to have no good copy.
     lost: std::collections::HashSet<Location>,
     next_read: u64,
@@ -505,7 +505,10 @@ impl Store {
             reads: HashMap::new(),
             spare_read_lists: Vec::new(),
             spare_entries: Vec::new(),
-            spare_buffers: Vec::new(),
+            spare_buffers: tessera_buffer::SpareVecs::new(
+                SPARE_BUFFERS_MAX,
+                SPARE_BUFFER_MAX_CAPACITY,
+            ),
             lost: Default::default(),
             next_read: 1,
             durable_checkpoint: None,
@@ -651,20 +654,14 @@ impl Store {
     /// An empty data buffer, one given back earlier if there is one: fill it with a lower
     /// read's data for `lower_done`, so that the data path allocates nothing once warm.
     pub fn spare_buffer(&mut self) -> Vec<u8> {
-        self.spare_buffers.pop().unwrap_or_default()
+        self.spare_buffers.take()
     }
 
     /// Takes back a buffer the store handed out (a read's reply data) or took in (a lower
     /// read's data), for later reads. Large buffers and buffers beyond a few dozen are
     /// dropped, so what is kept stays small.
-    pub fn recycle(&mut self, mut buffer: Vec<u8>) {
-        if buffer.capacity() > 0
-            && buffer.capacity() <= SPARE_BUFFER_MAX_CAPACITY
-            && self.spare_buffers.len() < SPARE_BUFFERS_MAX
-        {
-            buffer.clear();
-            self.spare_buffers.push(buffer);
-        }
+    pub fn recycle(&mut self, buffer: Vec<u8>) {
+        self.spare_buffers.give(buffer);
     }
 
     /// A lower command finished; reads carry their data.
