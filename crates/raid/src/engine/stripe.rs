@@ -1744,13 +1744,16 @@ impl Engine {
             Ok(())
         };
         if op.entered {
-            let wrote = matches!(
-                op.kind,
-                Kind::Write { .. }
-                    | Kind::Resync
-                    | Kind::Rebuild { .. }
-                    | Kind::Scrub { repair: true }
-            );
+            // A recovery writes too when it repairs a read error or copies a mirrored answer
+            // awaiting resync: its region's dirty bit must outlast those writes as well.
+            let wrote = op.written_members != 0
+                || matches!(
+                    op.kind,
+                    Kind::Write { .. }
+                        | Kind::Resync
+                        | Kind::Rebuild { .. }
+                        | Kind::Scrub { repair: true }
+                );
             self.regions.leave(
                 op.region,
                 self.now_us,
