@@ -38,7 +38,7 @@ impl DataPlane {
             );
         }
         type Field = fn(&tessera_raid::engine::Counters) -> u64;
-        let series: [(&str, &str, Field); 19] = [
+        let series: [(&str, &str, Field); 20] = [
             (
                 "tessera_dg_host_read_bytes_total",
                 "Bytes read by hosts from a drive group.",
@@ -108,6 +108,11 @@ impl DataPlane {
                 "tessera_dg_synced_reads_total",
                 "Mirrored reads awaiting resync written to every copy before the answer.",
                 |c| c.synced_reads,
+            ),
+            (
+                "tessera_dg_resynced_ahead_stripes_total",
+                "Parity-level stripes awaiting resync resynced first because a read needed them.",
+                |c| c.resynced_ahead_stripes,
             ),
             (
                 "tessera_dg_journal_batches_total",

@@ -290,20 +290,6 @@ impl Model {
         self.non_durable.clear();
     }
 
-    /// Every sector ever written may from now on read as anything (until written again):
-    /// what a thin drive holds once the group under it may have taken back a record its log
-    /// was built on.
-    pub fn forget_written(&mut self) {
-        for history in &mut self.sectors {
-            if history.iter().any(|entry| entry.values != [0]) {
-                for entry in history.iter_mut() {
-                    entry.values = vec![ANY];
-                }
-            }
-        }
-        self.non_durable.clear();
-    }
-
     /// Whether a sector has only ever held zeroes (reads of it are trivially checkable).
     pub fn is_pristine(&self, sector: u64) -> bool {
         let history = &self.sectors[sector as usize];

@@ -139,12 +139,6 @@ pub struct World {
     /// Time at which a failed member is replaced, if one is pending.
     repair_at: Option<u64>,
     faults_enabled: bool,
-    /// A thin run over a parity level lost or failed a member while its group still resynced
-    /// after a crash (beyond tolerance): a chunk rebuilt from parity not yet resynced may have
-    /// taken back a record the thin store read and built its log on, so at the next crash the
-    /// log may break there and lose what was written after it, flushed or not. (Mirrors write
-    /// what such a read returned to every copy before answering, so nothing is taken back.)
-    thin_log_at_risk: bool,
     /// An orderly stop is under way (repairs wait for the fresh assembly).
     restarting: bool,
     /// An event (a scrub's result, a thin drive's checksum repair) told of something that
@@ -195,7 +189,6 @@ impl World {
             submitted: 0,
             repair_at: None,
             faults_enabled: true,
-            thin_log_at_risk: false,
             restarting: false,
             event_failure: None,
             thin: None,
@@ -1094,9 +1087,6 @@ impl World {
             return Ok(());
         }
         let config = self.config.clone();
-        // Only runs beyond tolerance fault a member while the group resyncs.
-        let thin_unsynced =
-            self.thin.is_some() && self.geometry().copies() == 1 && self.exposure().2;
         if self.rng.chance(config.crash_rate) {
             let (down, latent, unsynced) = self.exposure();
             if config.mode == FaultMode::BeyondTolerance || (down == 0 && latent == 0) {
@@ -1115,9 +1105,6 @@ impl World {
                 } else {
                     0
                 };
-                if lose > 0 && thin_unsynced {
-                    self.thin_log_at_risk = true;
-                }
                 return self.crash(lose);
             }
         }
@@ -1146,7 +1133,6 @@ impl World {
             self.devices[device].member.gone = true;
             self.stats.member_losses += 1;
             self.note(format!("device {device} gone"));
-            self.thin_log_at_risk |= thin_unsynced;
         }
         if self.rng.chance(config.write_failure_rate)
             && self.fault_allowed(1)
@@ -1155,7 +1141,6 @@ impl World {
             self.devices[device].member.failing_writes = true;
             self.stats.write_failures += 1;
             self.note(format!("device {device} fails writes"));
-            self.thin_log_at_risk |= thin_unsynced;
         }
         if self.rng.chance(config.admin_fail_rate)
             && self.fault_allowed(1)
@@ -1169,7 +1154,6 @@ impl World {
             self.stats.admin_fails += 1;
             self.note(format!("admin fails member {member} (device {device})"));
             self.engine().fail_member_admin(member);
-            self.thin_log_at_risk |= thin_unsynced;
         }
         if self.rng.chance(config.latent_error_rate)
             && let Some(device) = self.pick_online_device()
@@ -1183,7 +1167,6 @@ impl World {
                 self.devices[device].member.latent_errors.insert(sector);
                 self.stats.latent_errors += 1;
                 self.note(format!("latent error on device {device} sector {sector}"));
-                self.thin_log_at_risk |= thin_unsynced;
             }
         }
         if self.rng.chance(config.bit_flip_rate) {
@@ -1348,12 +1331,6 @@ impl World {
         // what it returns is never anything but a write's data, lost members or not.
         if (lost.is_empty() && !degraded) || self.thin.is_some() {
             self.model.crash();
-            if std::mem::take(&mut self.thin_log_at_risk) {
-                self.model.forget_written();
-                self.note(
-                    "thin log at risk: every written sector may now read as any value".into(),
-                );
-            }
         } else {
             // Writes not yet durable in a stripe that lost a member may read back as anything
             // (their stripe was torn); everything durable must survive.

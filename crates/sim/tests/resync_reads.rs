@@ -1,7 +1,8 @@
-//! After a power cut, the copies of a mirrored region awaiting resync may disagree (a write the
-//! cut tore reached some of them). A read there answers with the first readable copy, the one
-//! resync copies to the others, and writes that answer to the other copies before giving it:
-//! losing the copy that was read must not change what a later read returns.
+//! Reads of a region awaiting resync after a power cut. On mirrors the copies may disagree (a
+//! write the cut tore reached some of them): a read answers with the first readable copy, the
+//! one resync copies to the others, and writes that answer to the other copies before giving
+//! it. On parity levels parity may disagree with the data: a read first resyncs its stripe.
+//! Either way, losing the member that answered must not change what a later read returns.
 
 use std::sync::Arc;
 use tessera_raid::engine::EngineConfig;
@@ -120,13 +121,123 @@ fn a_read_error_awaiting_resync_answers_from_the_next_copy_and_writes_it_everywh
     assert!(harness.read(0, CHUNK).unwrap() == answer);
 }
 
+/// Member images of a parity-level group whose first stripe was written, taken before its
+/// dirty bit could clear, with P of that stripe then garbage (a write the cut tore between
+/// data and parity); and the data written.
+fn torn_parity_images(level: Level, members: usize) -> (Vec<Option<Vec<u8>>>, Vec<u8>) {
+    let mut harness = Harness::for_test(level, members, CHUNK);
+    let geometry = *harness.engine.geometry();
+    let data: Vec<u8> = (0..geometry.stripe_data_bytes() as usize * 2)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add((i >> 10) as u8))
+        .collect();
+    harness.write(0, &data).unwrap();
+    harness.flush().unwrap();
+    let placement = geometry.parity_placement(0, 0);
+    let at = (harness.data_offset_bytes() + placement.offset_bytes) as usize;
+    harness.members[placement.member][at..at + CHUNK as usize].fill(0xee);
+    (harness.members.into_iter().map(Some).collect(), data)
+}
+
+/// P of stripe 0 as the members hold it, and as its data says it should be.
+fn parity_on_member_and_from_data(harness: &Harness) -> (Vec<u8>, Vec<u8>) {
+    let geometry = *harness.engine.geometry();
+    let data_offset = harness.data_offset_bytes() as usize;
+    let chunk = |placement: tessera_raid::geometry::Placement| {
+        let at = data_offset + placement.offset_bytes as usize;
+        harness.members[placement.member][at..at + CHUNK as usize].to_vec()
+    };
+    let mut expected = vec![0u8; CHUNK as usize];
+    for index in 0..geometry.data_chunks() {
+        for (byte, value) in expected
+            .iter_mut()
+            .zip(chunk(geometry.data_placement(0, index, 0)))
+        {
+            *byte ^= value;
+        }
+    }
+    (chunk(geometry.parity_placement(0, 0)), expected)
+}
+
 #[test]
-fn parity_levels_read_awaiting_resync_without_writing() {
-    // Parity levels read data chunks in place (data is the truth; parity is what resync fixes).
-    let mut harness = assembled(torn_images(Level::Raid5, 4));
-    let before = harness.members.clone();
-    let answer = harness.read(0, CHUNK).unwrap();
-    assert!(answer.iter().all(|&b| b == fill_of(0)));
-    assert!(harness.members == before, "nothing written by the read");
-    assert_eq!(harness.engine.status().counters.synced_reads, 0);
+fn a_parity_read_awaiting_resync_resyncs_its_stripe_first() {
+    for (level, members) in [(Level::Raid5, 4), (Level::Raid6, 5)] {
+        let (images, data) = torn_parity_images(level, members);
+        let mut harness = assembled(images);
+        let (on_member, from_data) = parity_on_member_and_from_data(&harness);
+        assert!(on_member != from_data, "{level:?}: P starts torn");
+
+        let first = harness.read(0, CHUNK).unwrap();
+        assert!(
+            first == data[..CHUNK as usize],
+            "{level:?}: data read in place"
+        );
+        let (on_member, from_data) = parity_on_member_and_from_data(&harness);
+        assert!(
+            on_member == from_data,
+            "{level:?}: P agrees with the data now"
+        );
+        let counters = harness.engine.status().counters;
+        assert_eq!(counters.resynced_ahead_stripes, 1, "{level:?}");
+        assert_eq!(counters.synced_reads, 0, "{level:?}: no mirror copies");
+
+        // More reads of the stripe are plain reads: no second resync.
+        let stripe = harness.engine.geometry().stripe_data_bytes();
+        assert!(harness.read(CHUNK, CHUNK).unwrap() == data[CHUNK as usize..2 * CHUNK as usize]);
+        assert_eq!(
+            harness.engine.status().counters.resynced_ahead_stripes,
+            1,
+            "{level:?}"
+        );
+
+        // Losing the member that answered: the chunk is rebuilt from the stripe, now trusted.
+        let holder = harness.engine.geometry().data_placement(0, 0, 0).member;
+        harness.engine.fail_member_admin(holder);
+        harness.drain();
+        assert!(
+            harness.read(0, CHUNK).unwrap() == first,
+            "{level:?}: the same answer without the member it came from"
+        );
+        // A stripe never read stays untrusted: its lost chunk is an error, not a guess.
+        let holder_chunk = (0..2 * stripe)
+            .step_by(CHUNK as usize)
+            .find(|&at| {
+                let (row, index, _) = harness.engine.geometry().locate(at);
+                row == 1 && harness.engine.geometry().data_placement(1, index, 0).member == holder
+            })
+            .expect("the lost member holds a chunk of stripe 1");
+        assert!(harness.read(holder_chunk, CHUNK).is_err(), "{level:?}");
+    }
+}
+
+#[test]
+fn a_parity_stripe_missing_a_member_is_read_in_place_without_a_resync() {
+    let (mut images, data) = torn_parity_images(Level::Raid5, 4);
+    let geometry_probe = Harness::for_test(Level::Raid5, 4, CHUNK);
+    let holder = geometry_probe
+        .engine
+        .geometry()
+        .data_placement(0, 1, 0)
+        .member;
+    images[holder] = None;
+    let mut harness = assembled(images);
+    assert!(harness.read(0, CHUNK).unwrap() == data[..CHUNK as usize]);
+    assert_eq!(harness.engine.status().counters.resynced_ahead_stripes, 0);
+}
+
+#[test]
+fn a_raid6_stripe_missing_its_p_member_is_resynced_from_its_data() {
+    let (mut images, data) = torn_parity_images(Level::Raid6, 5);
+    let probe = Harness::for_test(Level::Raid6, 5, CHUNK);
+    let geometry = *probe.engine.geometry();
+    images[geometry.parity_placement(0, 0).member] = None;
+    let mut harness = assembled(images);
+    let first = harness.read(0, CHUNK).unwrap();
+    assert!(first == data[..CHUNK as usize]);
+    assert_eq!(harness.engine.status().counters.resynced_ahead_stripes, 1);
+    // Q, made from the data, now answers for the chunk's member.
+    harness
+        .engine
+        .fail_member_admin(geometry.data_placement(0, 0, 0).member);
+    harness.drain();
+    assert!(harness.read(0, CHUNK).unwrap() == first);
 }

@@ -35,8 +35,8 @@ const REGRESSIONS: &[u64] = &[
 /// buffer pool full under a superblock write (2911, an engine bug); a replayed full-stripe
 /// intent whose stripe lost a data chunk in the crash left Q disagreeing (3475, an engine bug);
 /// a member failed during the resync after a crash took back a log record the store had
-/// read from its mirror copy and built on (3018, an engine limit: reads awaiting resync now
-/// write their answer to every copy).
+/// read from its mirror copy and built on (3018, an engine limit: a read awaiting resync is
+/// now made redundant before it is answered, docs/fault-model.md).
 const THIN_REGRESSIONS: &[u64] = &[1, 3, 9, 114, 156, 340, 344, 1875, 2911, 3018, 3475, 5104];
 
 /// Seeds that failed only with every seed journaling (`TESSERA_SIM_JOURNAL=always_on`): a

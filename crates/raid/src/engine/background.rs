@@ -498,6 +498,12 @@ impl Engine {
                 progressed = true;
                 continue;
             }
+            if self.regions.stripe_in_sync(region, next) {
+                // Resynced ahead of the cursor for a read.
+                cursor.current = Some((region, next + 1, end, in_flight));
+                progressed = true;
+                continue;
+            }
             if in_flight as usize >= self.config.resync_window {
                 return progressed;
             }

@@ -414,19 +414,22 @@ impl Engine {
                 Some(copy) if parity => (u64::from(copy) == ordinal).then_some(0),
                 other => other,
             };
-            self.route_read_piece(key, piece, cursor, piece_around);
+            self.route_read_piece(key, piece, cursor, piece_around, true);
             cursor += len;
             ordinal += 1;
         }
         self.finish_part(key, Ok(()));
     }
 
-    fn route_read_piece(
+    /// Sends a read piece on its way. With `may_resync_ahead`, a piece of a parity-level
+    /// stripe awaiting resync first waits for that stripe's resync (`ahead.rs`).
+    pub(super) fn route_read_piece(
         &mut self,
         request: Key,
         piece: ReadPiece,
         group_offset_bytes: u64,
         around: Option<u8>,
+        may_resync_ahead: bool,
     ) {
         if self.overlaps_bad(group_offset_bytes, piece.len_bytes) {
             self.finish_part(request, Err(HostError::Io));
@@ -444,16 +447,20 @@ impl Engine {
             self.finish_part(request, Ok(()));
             return;
         }
-        let unsynced = self.regions.is_unsynced(piece.region);
+        if may_resync_ahead && self.needs_resync_ahead(&piece) {
+            self.resync_ahead(request, piece, group_offset_bytes, around);
+            return;
+        }
+        let in_sync = self.regions.stripe_in_sync(piece.region, piece.stripe);
         // Copies of a region awaiting resync may disagree, and its parity is not trusted: a
         // read around one copy there is a plain read.
         if let Some(copy) = around
-            && !unsynced
+            && in_sync
         {
             self.read_around(request, piece, copy);
             return;
         }
-        if unsynced && self.geometry.copies() > 1 {
+        if !in_sync && self.geometry.copies() > 1 {
             // The first copy answers and the answer reaches the other copies first (under the
             // stripe lock, as resync would copy it): otherwise losing that copy before resync
             // gets here would make a later read return what another copy held.

@@ -430,6 +430,7 @@ impl Engine {
             memory_blocked_used_bytes: usize::MAX,
             parked: Vec::new(),
             failure_waiters: Vec::new(),
+            resync_ahead: Default::default(),
             last_write_end_bytes: u64::MAX,
             last_write: None,
             write_latency_average_us: 0,

@@ -6,6 +6,7 @@
 //! after any call the caller drains `poll` and carries the member commands out.
 
 mod adopt;
+mod ahead;
 mod background;
 mod compute;
 mod hashing;
@@ -172,6 +173,8 @@ pub struct Counters {
     /// Read pieces of a mirrored region awaiting resync whose answer was written to the other
     /// copies before it was given.
     pub synced_reads: u64,
+    /// Stripes of parity levels resynced ahead of the resync because a read needed them.
+    pub resynced_ahead_stripes: u64,
     pub coalesced_writes: u64,
     pub rebuilt_bytes: u64,
     pub resynced_stripes: u64,
@@ -261,6 +264,9 @@ pub struct Engine {
     parked: Vec<(u64, Reply)>,
     /// Stripe updates waiting for a member's failure to be recorded (`failure_pending`).
     failure_waiters: Vec<OpId>,
+    /// Stripes being resynced ahead of the cursor for reads (`ahead.rs`): the resync op and
+    /// the read pieces waiting for it.
+    resync_ahead: hashing::NumberMap<(OpId, Vec<ahead::WaitingRead>)>,
     /// Where the last host write ended, to recognise sequential streams, and that write (its
     /// request key and id) while it may still be in flight.
     last_write_end_bytes: u64,

@@ -64,6 +64,9 @@ pub(crate) struct Regions {
     durable_written: Bits,
     durable_dirty: Bits,
     unsynced: Bits,
+    /// Stripes of regions awaiting resync that were resynced ahead of the rest (region,
+    /// stripe): their parity is trusted.
+    synced_ahead: BTreeSet<(u64, u64)>,
     zero_fills: BTreeMap<u64, ZeroFillStage>,
     in_flight: NumberMap<u32>,
     activity: BTreeMap<u64, Activity>,
@@ -101,6 +104,7 @@ impl Regions {
             durable_written: Bits::new(count),
             durable_dirty: Bits::new(count),
             unsynced: Bits::new(count),
+            synced_ahead: BTreeSet::new(),
             zero_fills: BTreeMap::new(),
             in_flight: NumberMap::default(),
             activity: BTreeMap::new(),
@@ -159,6 +163,20 @@ impl Regions {
 
     pub(crate) fn mark_synced(&mut self, region: u64) {
         self.unsynced.set(region, false);
+        self.synced_ahead.retain(|&(ahead, _)| ahead != region);
+    }
+
+    /// Whether a stripe's parity agrees with its data as far as the bitmap knows: its region
+    /// does not await resync, or the stripe was resynced ahead.
+    pub(crate) fn stripe_in_sync(&self, region: u64, stripe: u64) -> bool {
+        !self.unsynced.get(region) || self.synced_ahead.contains(&(region, stripe))
+    }
+
+    /// A stripe of a region awaiting resync was resynced ahead of the rest.
+    pub(crate) fn mark_stripe_synced(&mut self, region: u64, stripe: u64) {
+        if self.unsynced.get(region) {
+            self.synced_ahead.insert((region, stripe));
+        }
     }
 
     pub(crate) fn unsynced_regions(&self) -> Vec<u64> {

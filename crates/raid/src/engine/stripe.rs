@@ -820,7 +820,10 @@ impl Engine {
         // After an unclean shutdown, parity of a region not yet resynced may disagree with its
         // data: recovering through it could return wrong data, so the data counts as lost.
         let replayed_intent = op.journal_replay && matches!(op.kind, Kind::Resync);
-        if recovery.is_some() && self.regions.is_unsynced(op.region) && !replayed_intent {
+        if recovery.is_some()
+            && !self.regions.stripe_in_sync(op.region, op.stripe)
+            && !replayed_intent
+        {
             return Planned::BeyondRedundancy;
         }
         let mut image = Image {
@@ -1785,6 +1788,9 @@ impl Engine {
             }
             Kind::Rebuild { row, .. } => self.rebuild_step_done(row),
             Kind::Resync if op.journal_replay => self.replay_resync_done(),
+            Kind::Resync if self.is_resync_ahead(op.stripe, id) => {
+                self.resync_ahead_done(op.stripe, op.region, op.skipped)
+            }
             Kind::Resync => self.resync_step_done(op.skipped),
             Kind::Scrub { .. } => self.scrub_step_done(op.lost_data),
         }
