@@ -64,6 +64,13 @@ fn copies_on_members(harness: &Harness) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The first chunk, read again once `member` is failed.
+fn read_without(harness: &mut Harness, member: usize) -> Vec<u8> {
+    harness.engine.fail_member_admin(member);
+    harness.drain();
+    harness.read(0, CHUNK).unwrap()
+}
+
 #[test]
 fn a_read_awaiting_resync_survives_the_loss_of_the_copy_it_came_from() {
     for (level, members) in [(Level::Raid1, 2), (Level::Raid1, 3), (Level::Raid10, 4)] {
@@ -82,10 +89,8 @@ fn a_read_awaiting_resync_survives_the_loss_of_the_copy_it_came_from() {
         assert!(harness.engine.status().counters.synced_reads > 0);
 
         let primary = harness.engine.geometry().data_placement(0, 0, 0).member;
-        harness.engine.fail_member_admin(primary);
-        harness.drain();
         assert!(
-            harness.read(0, CHUNK).unwrap() == first,
+            read_without(&mut harness, primary) == first,
             "{level:?}: the same answer without the copy it came from"
         );
     }
@@ -116,9 +121,7 @@ fn a_read_error_awaiting_resync_answers_from_the_next_copy_and_writes_it_everywh
     );
 
     let second = geometry.data_placement(0, 0, 1).member;
-    harness.engine.fail_member_admin(second);
-    harness.drain();
-    assert!(harness.read(0, CHUNK).unwrap() == answer);
+    assert!(read_without(&mut harness, second) == answer);
 }
 
 /// Member images of a parity-level group whose first stripe was written, taken before its
@@ -191,10 +194,8 @@ fn a_parity_read_awaiting_resync_resyncs_its_stripe_first() {
 
         // Losing the member that answered: the chunk is rebuilt from the stripe, now trusted.
         let holder = harness.engine.geometry().data_placement(0, 0, 0).member;
-        harness.engine.fail_member_admin(holder);
-        harness.drain();
         assert!(
-            harness.read(0, CHUNK).unwrap() == first,
+            read_without(&mut harness, holder) == first,
             "{level:?}: the same answer without the member it came from"
         );
         // A stripe never read stays untrusted: its lost chunk is an error, not a guess.
@@ -235,9 +236,6 @@ fn a_raid6_stripe_missing_its_p_member_is_resynced_from_its_data() {
     assert!(first == data[..CHUNK as usize]);
     assert_eq!(harness.engine.status().counters.resynced_ahead_stripes, 1);
     // Q, made from the data, now answers for the chunk's member.
-    harness
-        .engine
-        .fail_member_admin(geometry.data_placement(0, 0, 0).member);
-    harness.drain();
-    assert!(harness.read(0, CHUNK).unwrap() == first);
+    let holder = geometry.data_placement(0, 0, 0).member;
+    assert!(read_without(&mut harness, holder) == first);
 }
