@@ -18,6 +18,7 @@ mod meta;
 mod regions;
 mod replay;
 mod reserve;
+mod salvage;
 mod scrub;
 mod slab;
 mod stripe;

@@ -725,9 +725,11 @@ impl Engine {
     }
 
     /// A stripe resynced after a replayed full-stripe write.
-    pub(super) fn replay_resync_done(&mut self) {
+    pub(super) fn replay_resync_done(&mut self, skipped: bool) {
         let replay = self.journal.replay.as_mut().expect("replay");
         replay.resync_in_flight -= 1;
+        // A stripe left as the crash left it: its parity is not trusted.
+        replay.incomplete |= skipped;
         if replay.stage == ReplayStage::Applying {
             self.pump_replay_resync();
             self.finish_batch_if_done();

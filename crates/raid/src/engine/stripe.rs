@@ -4,7 +4,8 @@
 //!
 //! Each op walks the same stages: wait for the lock (`Queued`, or `Gathering` while a partial
 //! sequential write waits for the rest of its stripe), pass the region gate, plan, read, compute,
-//! write, finish. A read error during `Reading` re-plans with that member treated as lost.
+//! write, finish. A read error during `Reading` re-plans with that member treated as lost (or,
+//! for a replayed intent's data chunk on a live member, with that chunk read sector by sector).
 
 use super::host::ReadPiece;
 use super::slab::Key;
@@ -108,6 +109,12 @@ pub(crate) enum Stage {
 pub(crate) enum IoPurpose {
     Read,
     Write,
+    /// One sector of data column `index` read alone, to find which sectors of a chunk that
+    /// failed to read are really lost.
+    SectorRead {
+        index: usize,
+        sector: u32,
+    },
 }
 
 /// Buffers of a stripe over a chunk range: one per data chunk and per parity chunk read, and
@@ -169,6 +176,10 @@ pub(crate) struct StripeOp {
     pub(super) read_failed: bool,
     /// Members whose reads failed during this op (treated as lost for it).
     pub(super) unreadable: u64,
+    /// Data columns read sector by sector (a replayed intent's chunk that failed to read on a
+    /// live member), and the sectors of them that failed: (data index, sector in the chunk).
+    pub(super) sector_columns: u64,
+    pub(super) bad_sectors: Vec<(usize, u32)>,
     pub(super) entered: bool,
     pub(super) written_members: u64,
     pub(super) scratch: Vec<BufferId>,
@@ -220,6 +231,8 @@ impl StripeOp {
             pending_io: 0,
             read_failed: false,
             unreadable: 0,
+            sector_columns: 0,
+            bad_sectors: Vec::new(),
             entered: false,
             written_members: 0,
             scratch: Vec::new(),
@@ -259,6 +272,11 @@ impl StripeOp {
             supplied,
             ..StripeOp::new(stripe, region, kind)
         };
+    }
+
+    /// Whether data column `index` is being read sector by sector.
+    pub(super) fn reads_by_sector(&self, index: usize) -> bool {
+        self.sector_columns & (1 << index) != 0
     }
 
     /// Whether a replayed supplied intent gives data column `index`.
@@ -420,9 +438,15 @@ impl Engine {
         // Only the last completion moves the op out of its slot (a large struct) to step it.
         let entry = self.ops.get_mut(id).expect("stripe op in flight");
         entry.pending_io -= 1;
-        if let (IoPurpose::Read, Err(_)) = (purpose, result) {
-            entry.unreadable |= 1 << member;
-            entry.read_failed = true;
+        match (purpose, result) {
+            (IoPurpose::Read, Err(_)) => {
+                entry.unreadable |= 1 << member;
+                entry.read_failed = true;
+            }
+            (IoPurpose::SectorRead { index, sector }, Err(_)) => {
+                entry.bad_sectors.push((index, sector));
+            }
+            _ => {}
         }
         if entry.pending_io > 0 {
             return;
@@ -501,7 +525,10 @@ impl Engine {
                         self.free_scratch(op);
                         op.work = Work::None;
                         op.stage = Stage::Plan;
-                    } else if let Some(job) = self.offload_job(op) {
+                        continue;
+                    }
+                    self.zero_bad_sectors(op, &op.work);
+                    if let Some(job) = self.offload_job(op) {
                         self.issue_compute(id, op, job);
                         op.stage = Stage::Offloading;
                     } else {
@@ -728,56 +755,6 @@ impl Engine {
         }
     }
 
-    /// Reads the data chunks that survive; the lost ones (`op.lost_mask`, plus any that fail
-    /// to read now) become zeroes and parity is recomputed over the result.
-    fn plan_salvage(&mut self, id: OpId, op: &mut StripeOp) -> Planned {
-        let chunk = ChunkRange::new(0, self.geometry.chunk_bytes());
-        let data_chunks = self.geometry.data_chunks();
-        for index in 0..data_chunks {
-            if self.readable_column(op, Column::Data(index)).is_none() {
-                op.lost_mask |= 1 << index;
-            }
-        }
-        if self.geometry.parity_chunks() == 0 {
-            op.work = Work::None;
-            return Planned::Go;
-        }
-        let mut image = Image {
-            range: Some(chunk),
-            ..Image::default()
-        };
-        for index in 0..data_chunks {
-            let Some(slice) = self.scratch(op, chunk.len()) else {
-                return Planned::NoMemory;
-            };
-            image.data[index] = Some(slice);
-        }
-        let mut parity_out = [None; 2];
-        for slot in parity_out.iter_mut().take(self.geometry.parity_chunks()) {
-            let Some(slice) = self.scratch(op, chunk.len()) else {
-                return Planned::NoMemory;
-            };
-            *slot = Some(slice);
-        }
-        for index in 0..data_chunks {
-            let buffer = image.data[index].expect("image buffer");
-            if op.lost_mask & (1 << index) != 0 {
-                self.pool.bytes_mut(buffer).fill(0);
-            } else {
-                let (member, offset_bytes) = self
-                    .readable_column(op, Column::Data(index))
-                    .expect("readable");
-                self.op_read(id, op, member, offset_bytes, buffer);
-            }
-        }
-        op.work = Work::Chunk {
-            image,
-            source: None,
-            parity_out,
-        };
-        Planned::Go
-    }
-
     /// Allocates an image of the stripe over `range` and reads what recovering the data
     /// chunks in `forced_lost` (plus any unreadable ones) needs. `skip_parity` is a parity
     /// column that must not be read (the one being rebuilt). With `parity_outputs`, buffers
@@ -797,6 +774,7 @@ impl Engine {
         let mut data_readable = [false; MAX_MEMBERS];
         for (index, readable) in data_readable.iter_mut().enumerate().take(data_chunks) {
             *readable = op.supplies(index)
+                || op.reads_by_sector(index)
                 || (forced_lost & (1 << index) == 0
                     && self.readable_column(op, Column::Data(index)).is_some());
         }
@@ -864,15 +842,22 @@ impl Engine {
             self.copy_slice(piece, slot.sub(at, piece.len()));
         }
         let mut reads = Vec::new();
-        for index in (0..data_chunks).filter(|&index| data_readable[index] && !op.supplies(index)) {
+        for index in 0..data_chunks {
+            if !data_readable[index] || op.supplies(index) {
+                continue;
+            }
+            let buffer = image.data[index].expect("buffer");
+            if op.reads_by_sector(index) {
+                let at = self
+                    .column_reader(op.stripe, Column::Data(index))
+                    .expect("a column read by sector has a member");
+                self.op_read_sectors(id, op, index, (at.0, at.1 + range.start_bytes), buffer);
+                continue;
+            }
             let (member, offset) = self
                 .readable_column(op, Column::Data(index))
                 .expect("readable column");
-            reads.push((
-                member,
-                offset + range.start_bytes,
-                image.data[index].expect("buffer"),
-            ));
+            reads.push((member, offset + range.start_bytes, buffer));
         }
         for &which in used_parity {
             let (member, offset) = self
@@ -1200,9 +1185,23 @@ impl Engine {
             !op.supplies(index) && self.readable_column(op, Column::Data(index)).is_none()
         });
         // A stripe a replayed full-stripe intent names holds only the torn write's data, which
-        // may read back as anything (the fault model's relaxation): a lost chunk of it is taken
-        // as parity says, and the other parity made to agree, so that the stripe is whole
-        // again before the region is trusted.
+        // may read back as anything (the fault model's relaxation): a chunk of it whose member
+        // is gone is taken as parity says, and the other parity made to agree, so that the
+        // stripe is whole again before the region is trusted. A chunk that failed to read on a
+        // live member still holds its data in every sector but the failing ones, and parity of
+        // a torn stripe cannot stand in for those: the chunk is read again sector by sector
+        // and only the sectors that fail are lost (journal seed 46618).
+        if op.journal_replay {
+            op.sector_columns = (0..data_chunks)
+                .filter(|&index| {
+                    !op.supplies(index)
+                        && self
+                            .column_reader(op.stripe, Column::Data(index))
+                            .is_some_and(|(member, _)| op.unreadable & (1 << member) != 0)
+                })
+                .fold(0, |mask, index| mask | (1 << index));
+            op.bad_sectors.clear();
+        }
         if self.geometry.parity_chunks() == 0 || (any_lost && !op.journal_replay) {
             // No parity, or a lost data chunk that cannot be checked against parity: leave the
             // stripe as it is (and the region unsynced, so nothing trusts its parity).
@@ -1496,67 +1495,6 @@ impl Engine {
         op.work = work;
     }
 
-    /// Writes zeroes over the lost chunks and parity that matches the salvaged stripe, on every
-    /// member that holds them, the rebuild target included.
-    fn compute_salvage(&mut self, id: OpId, op: &mut StripeOp) {
-        let Kind::Rebuild {
-            target,
-            column: target_column,
-            target_offset_bytes,
-            ..
-        } = op.kind
-        else {
-            unreachable!()
-        };
-        let work = std::mem::replace(&mut op.work, Work::None);
-        let chunk = self.geometry.chunk_bytes() as usize;
-        let zeroes = BufferSlice::new(self.zero_buffer, 0, chunk);
-        let mut writes: Vec<(Column, BufferSlice)> = Vec::new();
-        let stripe_offset = self.geometry.stripe_offset_bytes(op.stripe);
-        for index in 0..self.geometry.data_chunks() {
-            if op.lost_mask & (1 << index) != 0 {
-                let offset_bytes = stripe_offset + index as u64 * chunk as u64;
-                self.record_bad_range(BadRange {
-                    offset_bytes,
-                    len_bytes: chunk as u64,
-                });
-                writes.push((Column::Data(index), zeroes));
-            }
-        }
-        if let Work::Chunk {
-            image, parity_out, ..
-        } = &work
-        {
-            let (data, outputs) = self.image_parity_slices(image, parity_out);
-            self.generate_parity(&data, &outputs);
-            writes.extend(
-                outputs
-                    .into_iter()
-                    .enumerate()
-                    .map(|(which, buffer)| (Column::Parity(which), buffer)),
-            );
-        }
-        for (column, buffer) in writes {
-            let mut targets = self.column_writers(op.stripe, column);
-            if column == target_column && !self.members.list[target].is_failed() {
-                targets.push((target, target_offset_bytes));
-            }
-            for (member, offset_bytes) in targets {
-                self.op_issue(
-                    id,
-                    op,
-                    member,
-                    MemberOp::Write {
-                        offset_bytes,
-                        buffer,
-                        fua: false,
-                    },
-                );
-            }
-        }
-        op.work = work;
-    }
-
     fn compute_rebuild(&mut self, id: OpId, op: &mut StripeOp) {
         let Kind::Rebuild {
             target,
@@ -1655,12 +1593,16 @@ impl Engine {
                 if !op.computed {
                     self.generate_parity(&data, &outputs);
                 }
-                let mut supplied: Vec<usize> = op.supplied.iter().map(|s| s.0).collect();
-                supplied.sort_unstable();
-                supplied.dedup();
-                for index in supplied {
+                let mut rewritten: Vec<usize> = op.supplied.iter().map(|s| s.0).collect();
+                // A column read by sector is written back whole: the sectors that failed get
+                // the zeroes parity was computed over, which also lets the drive remap them.
+                rewritten.extend((0..data.len()).filter(|&index| op.reads_by_sector(index)));
+                rewritten.sort_unstable();
+                rewritten.dedup();
+                for index in rewritten {
                     self.write_whole_column(id, op, Column::Data(index), data[index], None);
                 }
+                self.record_bad_sectors(op);
                 for (which, buffer) in outputs.into_iter().enumerate() {
                     self.write_whole_column(id, op, Column::Parity(which), buffer, None);
                 }
@@ -1673,26 +1615,9 @@ impl Engine {
     /// The stripe lost more than its redundancy (or the group failed).
     fn beyond_redundancy(&mut self, op: &mut StripeOp) {
         op.lost_data = true;
-        match op.kind {
-            Kind::Rebuild { .. }
-                if self.members.group_state(&self.geometry) != GroupState::Failed =>
-            {
-                // Only the unrecoverable chunks of this stripe are lost: record them and let the
-                // rebuild go on.
-                let chunk = self.geometry.chunk_bytes();
-                let stripe_offset = self.geometry.stripe_offset_bytes(op.stripe);
-                for index in 0..self.geometry.data_chunks() {
-                    if op.lost_mask & (1 << index) != 0 {
-                        let offset_bytes = stripe_offset + index as u64 * chunk;
-                        self.record_bad_range(BadRange {
-                            offset_bytes,
-                            len_bytes: chunk,
-                        });
-                    }
-                }
-            }
-            Kind::Resync => op.skipped = true,
-            _ => {}
+        // A rebuild goes on to salvage the stripe (`salvage.rs`), which records what is lost.
+        if matches!(op.kind, Kind::Resync) {
+            op.skipped = true;
         }
     }
 
@@ -1787,7 +1712,7 @@ impl Engine {
                 }
             }
             Kind::Rebuild { row, .. } => self.rebuild_step_done(row),
-            Kind::Resync if op.journal_replay => self.replay_resync_done(),
+            Kind::Resync if op.journal_replay => self.replay_resync_done(op.skipped),
             Kind::Resync if self.is_resync_ahead(op.stripe, id) => {
                 self.resync_ahead_done(op.stripe, op.region, op.skipped)
             }
