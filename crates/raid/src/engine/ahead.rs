@@ -6,7 +6,7 @@
 //! served as in a synced region. The background resync skips stripes already done.
 
 use super::host::ReadPiece;
-use super::stripe::{Kind, Stage, StripeOp};
+use super::stripe::{Kind, StripeOp};
 use super::{Engine, Key, OpId};
 use crate::geometry::Column;
 
@@ -55,12 +55,8 @@ impl Engine {
             return;
         }
         let op = StripeOp::new(piece.stripe, piece.region, Kind::Resync);
-        let id = self.ops.insert(Box::new(op));
+        let id = self.start_stripe_op(Box::new(op));
         self.resync_ahead.insert(piece.stripe, (id, vec![waiting]));
-        if self.locks.acquire(piece.stripe, id) {
-            self.ops.get_mut(id).expect("new op").stage = Stage::Gate;
-            self.ready.push_back(id);
-        }
     }
 
     /// Whether `id` is the resync run ahead of the cursor for `stripe`.

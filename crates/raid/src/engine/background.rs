@@ -3,7 +3,7 @@
 
 use super::members::MemberState;
 use super::scrub::ScrubStats;
-use super::stripe::{Kind, Stage, StripeOp};
+use super::stripe::{Kind, StripeOp};
 use super::{Engine, GroupEvent};
 use std::collections::{BTreeSet, VecDeque};
 
@@ -347,11 +347,7 @@ impl Engine {
                 .as_mut()
                 .expect("rebuild cursor")
                 .in_flight += 1;
-            let id = self.ops.insert(Box::new(op));
-            if self.locks.acquire(stripe, id) {
-                self.ops.get_mut(id).expect("new op").stage = Stage::Gate;
-                self.ready.push_back(id);
-            }
+            self.start_stripe_op(Box::new(op));
         }
     }
 
@@ -508,13 +504,7 @@ impl Engine {
                 return progressed;
             }
             cursor.current = Some((region, next + 1, end, in_flight + 1));
-            let id = self
-                .ops
-                .insert(Box::new(StripeOp::new(next, region, Kind::Resync)));
-            if self.locks.acquire(next, id) {
-                self.ops.get_mut(id).expect("new op").stage = Stage::Gate;
-                self.ready.push_back(id);
-            }
+            self.start_stripe_op(Box::new(StripeOp::new(next, region, Kind::Resync)));
             progressed = true;
         }
     }
@@ -626,15 +616,11 @@ impl Engine {
             }
             cursor.next_stripe += 1;
             cursor.in_flight += 1;
-            let id = self.ops.insert(Box::new(StripeOp::new(
+            self.start_stripe_op(Box::new(StripeOp::new(
                 stripe,
                 region,
                 Kind::Scrub { repair },
             )));
-            if self.locks.acquire(stripe, id) {
-                self.ops.get_mut(id).expect("new op").stage = Stage::Gate;
-                self.ready.push_back(id);
-            }
             progressed = true;
         }
     }

@@ -554,11 +554,7 @@ impl Engine {
             piece.region,
             Kind::recover(request, piece, target, repair_member, rewrite),
         );
-        let op_id = self.ops.insert(Box::new(op));
-        if self.locks.acquire(piece.stripe, op_id) {
-            self.ops.get_mut(op_id).expect("new op is live").stage = Stage::Gate;
-            self.ready.push_back(op_id);
-        }
+        self.start_stripe_op(Box::new(op));
     }
 
     /// Gathering writes whose window expired start now.

@@ -10,8 +10,7 @@
 //! A crash during replay leaves the journal as it was (replay writes only data areas and the
 //! superblock floor comes last), so the next assembly replays again; redo is idempotent.
 
-use super::slab::Key;
-use super::stripe::{Kind, Stage, StripeOp, SuppliedColumns};
+use super::stripe::{Kind, StripeOp, SuppliedColumns};
 use super::{Engine, MemberError, MemberOp, Owner};
 use crate::geometry::Column;
 use crate::journal::{self as format, BATCH_ALIGN_BYTES, BatchError, EntryKind};
@@ -716,11 +715,7 @@ impl Engine {
             let mut op = StripeOp::new(stripe, region, Kind::Resync);
             op.journal_replay = true;
             op.supplied = supplied;
-            let id: Key = self.ops.insert(Box::new(op));
-            if self.locks.acquire(stripe, id) {
-                self.ops.get_mut(id).expect("new op").stage = Stage::Gate;
-                self.ready.push_back(id);
-            }
+            self.start_stripe_op(Box::new(op));
         }
     }
 

@@ -107,18 +107,12 @@ impl Engine {
             range: Some(chunk),
             ..Image::default()
         };
-        for index in 0..data_chunks {
-            let Some(slice) = self.scratch(op, chunk.len()) else {
-                return Planned::NoMemory;
-            };
-            image.data[index] = Some(slice);
-        }
         let mut parity_out = [None; 2];
-        for slot in parity_out.iter_mut().take(self.geometry.parity_chunks()) {
-            let Some(slice) = self.scratch(op, chunk.len()) else {
-                return Planned::NoMemory;
-            };
-            *slot = Some(slice);
+        let parity_chunks = self.geometry.parity_chunks();
+        if !self.scratch_all(op, &mut image.data[..data_chunks], chunk.len())
+            || !self.scratch_all(op, &mut parity_out[..parity_chunks], chunk.len())
+        {
+            return Planned::NoMemory;
         }
         for index in 0..data_chunks {
             let buffer = image.data[index].expect("image buffer");
@@ -249,16 +243,7 @@ impl Engine {
                 targets.push((target, target_offset_bytes));
             }
             for (member, offset_bytes) in targets {
-                self.op_issue(
-                    id,
-                    op,
-                    member,
-                    MemberOp::Write {
-                        offset_bytes,
-                        buffer,
-                        fua: false,
-                    },
-                );
+                self.op_write(id, op, member, offset_bytes, buffer);
             }
         }
     }

@@ -9,7 +9,7 @@
 //! the data.
 
 use super::stripe::{Image, Kind, Planned, StripeOp, Work};
-use super::{Engine, GroupEvent, MemberOp, OpId};
+use super::{Engine, GroupEvent, OpId};
 use crate::geometry::Column;
 use crate::plan::ChunkRange;
 use tessera_buffer::BufferSlice;
@@ -82,25 +82,13 @@ impl Engine {
             range: Some(chunk),
             ..Image::default()
         };
-        for index in 0..data_chunks {
-            let Some(slice) = self.scratch(op, chunk.len()) else {
-                return Planned::NoMemory;
-            };
-            image.data[index] = Some(slice);
-        }
-        for which in 0..parity_chunks {
-            let Some(slice) = self.scratch(op, chunk.len()) else {
-                return Planned::NoMemory;
-            };
-            image.parity[which] = Some(slice);
-        }
         // Parity recomputed from the data, and the syndromes (parity read XOR recomputed).
         let mut parity_out = [None; 2];
-        for slot in parity_out.iter_mut().take(parity_chunks) {
-            let Some(slice) = self.scratch(op, chunk.len()) else {
-                return Planned::NoMemory;
-            };
-            *slot = Some(slice);
+        if !self.scratch_all(op, &mut image.data[..data_chunks], chunk.len())
+            || !self.scratch_all(op, &mut image.parity[..parity_chunks], chunk.len())
+            || !self.scratch_all(op, &mut parity_out[..parity_chunks], chunk.len())
+        {
+            return Planned::NoMemory;
         }
         let mut reads = Vec::new();
         for index in 0..data_chunks {
@@ -167,16 +155,7 @@ impl Engine {
         self.background.scrub_stats_mut().mismatches += 1;
         if repair {
             for (member, offset_bytes) in differing {
-                self.op_issue(
-                    id,
-                    op,
-                    member,
-                    MemberOp::Write {
-                        offset_bytes,
-                        buffer: first,
-                        fua: false,
-                    },
-                );
+                self.op_write(id, op, member, offset_bytes, first);
             }
             self.background.scrub_stats_mut().repaired += 1;
         }
@@ -196,16 +175,7 @@ impl Engine {
                 .collect::<Vec<_>>()
             {
                 if op.unreadable & (1 << member) != 0 {
-                    self.op_issue(
-                        id,
-                        op,
-                        member,
-                        MemberOp::Write {
-                            offset_bytes,
-                            buffer: good,
-                            fua: false,
-                        },
-                    );
+                    self.op_write(id, op, member, offset_bytes, good);
                     self.background.scrub_stats_mut().read_errors_repaired += 1;
                     self.emit_event(GroupEvent::ReadErrorRepaired {
                         member,
@@ -230,16 +200,7 @@ impl Engine {
                 continue;
             }
             let buffer = image.data[index].expect("image buffer");
-            self.op_issue(
-                id,
-                op,
-                member,
-                MemberOp::Write {
-                    offset_bytes,
-                    buffer,
-                    fua: false,
-                },
-            );
+            self.op_write(id, op, member, offset_bytes, buffer);
             self.background.scrub_stats_mut().read_errors_repaired += 1;
             self.emit_event(GroupEvent::ReadErrorRepaired {
                 member,
@@ -273,16 +234,7 @@ impl Engine {
             let (member, offset_bytes) = self
                 .column_reader(op.stripe, Column::Parity(which))
                 .expect("checked");
-            self.op_issue(
-                id,
-                op,
-                member,
-                MemberOp::Write {
-                    offset_bytes,
-                    buffer: outputs[which],
-                    fua: false,
-                },
-            );
+            self.op_write(id, op, member, offset_bytes, outputs[which]);
             self.background.scrub_stats_mut().read_errors_repaired += 1;
         }
     }
@@ -360,16 +312,7 @@ impl Engine {
         }
         for (column, buffer) in writes {
             for (member, offset_bytes) in self.column_writers(op.stripe, column) {
-                self.op_issue(
-                    id,
-                    op,
-                    member,
-                    MemberOp::Write {
-                        offset_bytes,
-                        buffer,
-                        fua: false,
-                    },
-                );
+                self.op_write(id, op, member, offset_bytes, buffer);
             }
         }
         self.background.scrub_stats_mut().repaired += 1;

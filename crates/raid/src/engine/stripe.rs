@@ -399,6 +399,18 @@ impl Engine {
     }
 
     /// A stripe op for `stripe`: a finished one reused when there is one.
+    /// Admits a stripe op: it takes its stripe's lock and is made ready if the lock is free,
+    /// else it waits in the lock's queue.
+    pub(super) fn start_stripe_op(&mut self, op: Box<StripeOp>) -> OpId {
+        let stripe = op.stripe;
+        let id = self.ops.insert(op);
+        if self.locks.acquire(stripe, id) {
+            self.ops.get_mut(id).expect("new op").stage = Stage::Gate;
+            self.ready.push_back(id);
+        }
+        id
+    }
+
     pub(super) fn new_stripe_op(&mut self, stripe: u64, region: u64, kind: Kind) -> Box<StripeOp> {
         match self.spare_ops.pop() {
             Some(mut op) => {
@@ -655,6 +667,28 @@ impl Engine {
         self.issue(member, command, Owner::Stripe { op: id, purpose });
     }
 
+    /// Issues a write of `buffer` at `offset_bytes` of `member` for the op (held back while
+    /// the op's journal entry is not yet durable).
+    pub(super) fn op_write(
+        &mut self,
+        id: OpId,
+        op: &mut StripeOp,
+        member: usize,
+        offset_bytes: u64,
+        buffer: BufferSlice,
+    ) {
+        self.op_issue(
+            id,
+            op,
+            member,
+            MemberOp::Write {
+                offset_bytes,
+                buffer,
+                fua: false,
+            },
+        );
+    }
+
     /// Issues a read of `buffer`'s length at `offset_bytes` of `member` for the op.
     pub(super) fn op_read(
         &mut self,
@@ -685,6 +719,23 @@ impl Engine {
         let buffer = self.pool.alloc(len_bytes as usize)?;
         op.scratch.push(buffer);
         Some(self.pool.full(buffer))
+    }
+
+    /// Fills every slot with a scratch buffer of `len_bytes`; false when the pool is short (the
+    /// op then waits for memory, its scratch freed).
+    pub(super) fn scratch_all(
+        &mut self,
+        op: &mut StripeOp,
+        slots: &mut [Option<BufferSlice>],
+        len_bytes: u64,
+    ) -> bool {
+        for slot in slots {
+            let Some(slice) = self.scratch(op, len_bytes) else {
+                return false;
+            };
+            *slot = Some(slice);
+        }
+        true
     }
 
     fn free_scratch(&mut self, op: &mut StripeOp) {
@@ -809,11 +860,8 @@ impl Engine {
             recovery,
             ..Image::default()
         };
-        for index in 0..data_chunks {
-            let Some(slice) = self.scratch(op, range.len()) else {
-                return Planned::NoMemory;
-            };
-            image.data[index] = Some(slice);
+        if !self.scratch_all(op, &mut image.data[..data_chunks], range.len()) {
+            return Planned::NoMemory;
         }
         let used_parity: &[usize] = match recovery {
             None => &[],
@@ -828,13 +876,8 @@ impl Engine {
             image.parity[which] = Some(slice);
         }
         let mut parity_out = [None; 2];
-        if parity_outputs {
-            for slot in parity_out.iter_mut().take(parity_chunks) {
-                let Some(slice) = self.scratch(op, range.len()) else {
-                    return Planned::NoMemory;
-                };
-                *slot = Some(slice);
-            }
+        if parity_outputs && !self.scratch_all(op, &mut parity_out[..parity_chunks], range.len()) {
+            return Planned::NoMemory;
         }
         for &(index, within_bytes, piece) in &op.supplied {
             let at = (within_bytes - range.start_bytes) as usize;
@@ -1410,26 +1453,13 @@ impl Engine {
         }
         for fragment in &fragments {
             for (member, offset) in self.column_writers(op.stripe, Column::Data(fragment.index)) {
-                let command = MemberOp::Write {
-                    offset_bytes: offset + fragment.range.start_bytes,
-                    buffer: fragment.buffer,
-                    fua: false,
-                };
-                self.op_issue(id, op, member, command);
+                let offset_bytes = offset + fragment.range.start_bytes;
+                self.op_write(id, op, member, offset_bytes, fragment.buffer);
             }
         }
         for (which, buffer, start) in parity_writes {
             for (member, offset) in self.column_writers(op.stripe, Column::Parity(which)) {
-                self.op_issue(
-                    id,
-                    op,
-                    member,
-                    MemberOp::Write {
-                        offset_bytes: offset + start,
-                        buffer,
-                        fua: false,
-                    },
-                );
+                self.op_write(id, op, member, offset + start, buffer);
             }
         }
         let Kind::Write { fragments: slot } = &mut op.kind else {
@@ -1470,16 +1500,7 @@ impl Engine {
                     continue;
                 }
                 let offset_bytes = offset + piece.piece.within_bytes;
-                self.op_issue(
-                    id,
-                    op,
-                    member,
-                    MemberOp::Write {
-                        offset_bytes,
-                        buffer: piece.target,
-                        fua: false,
-                    },
-                );
+                self.op_write(id, op, member, offset_bytes, piece.target);
                 if repair {
                     self.counters.repaired_reads += 1;
                     self.emit_event(GroupEvent::ReadErrorRepaired {
@@ -1532,16 +1553,7 @@ impl Engine {
             }
         };
         if !self.members.list[target].is_failed() {
-            self.op_issue(
-                id,
-                op,
-                target,
-                MemberOp::Write {
-                    offset_bytes: target_offset_bytes,
-                    buffer: content,
-                    fua: false,
-                },
-            );
+            self.op_write(id, op, target, target_offset_bytes, content);
         }
         op.work = work;
     }
@@ -1558,16 +1570,7 @@ impl Engine {
     ) {
         for (member, offset) in self.column_writers(op.stripe, column) {
             if Some(member) != except {
-                self.op_issue(
-                    id,
-                    op,
-                    member,
-                    MemberOp::Write {
-                        offset_bytes: offset,
-                        buffer,
-                        fua: false,
-                    },
-                );
+                self.op_write(id, op, member, offset, buffer);
             }
         }
     }
