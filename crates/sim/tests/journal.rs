@@ -555,20 +555,24 @@ fn an_update_over_an_unretired_partial_parity_waits_for_it() {
     }
 }
 
-#[test]
-fn a_torn_full_stripe_write_is_made_consistent_by_replay() {
+/// The member images after a power cut tore a full-stripe write of `0x11`, `0x22` over
+/// `group`'s `A`, `C`: chunk 0's new data landed, chunk 1 and the parity did not.
+fn torn_full_stripe_write() -> Vec<Option<Vec<u8>>> {
     let mut h = group(JournalMode::AlwaysOn);
     let chunk1_member = holder(&h, Column::Data(1));
     let parity_member = holder(&h, Column::Parity(0));
     let mut full = vec![0x11; CHUNK as usize];
     full.extend_from_slice(&[0x22; CHUNK as usize]);
     h.submit_write(0, &full);
-    // Chunk 0's new data lands; chunk 1 and the parity do not.
     run_until_stuck(&mut h, |member, _, target| {
         target == Target::Journal || (member != chunk1_member && member != parity_member)
     });
-    let images = crash_and_lose(h, &[]);
-    let h = Harness::assemble(images, config(), parity());
+    crash_and_lose(h, &[])
+}
+
+#[test]
+fn a_torn_full_stripe_write_is_made_consistent_by_replay() {
+    let h = Harness::assemble(torn_full_stripe_write(), config(), parity());
     // Replay recomputed the stripe's parity from its data, so losing chunk 1's member now
     // rebuilds what chunk 1 holds (its old contents), not a mixture.
     let chunk1_member = holder(&h, Column::Data(1));
@@ -585,17 +589,7 @@ fn a_read_error_replaying_a_torn_full_stripe_write_loses_only_the_failing_sector
     // 1's member. Parity of a torn stripe cannot recover that sector, and must not stand in
     // for the chunk's other sectors, which still read.
     const BAD_SECTOR: u64 = 3;
-    let mut h = group(JournalMode::AlwaysOn);
-    let chunk1_member = holder(&h, Column::Data(1));
-    let parity_member = holder(&h, Column::Parity(0));
-    let mut full = vec![0x11; CHUNK as usize];
-    full.extend_from_slice(&[0x22; CHUNK as usize]);
-    h.submit_write(0, &full);
-    run_until_stuck(&mut h, |member, _, target| {
-        target == Target::Journal || (member != chunk1_member && member != parity_member)
-    });
-    let images = crash_and_lose(h, &[]);
-    let mut h = Harness::assemble_unstarted(images, config(), parity());
+    let mut h = Harness::assemble_unstarted(torn_full_stripe_write(), config(), parity());
     let chunk1_member = holder(&h, Column::Data(1));
     let bad_device_sector = (h.data_offset_bytes() + BAD_SECTOR * 512) / 512;
     h.latent_errors.insert((chunk1_member, bad_device_sector));

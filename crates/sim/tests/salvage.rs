@@ -94,6 +94,18 @@ fn assert_only_lost_fail(harness: &mut Harness, data: &[u8], lost: &[BadRange], 
     }
 }
 
+/// Checks that exactly `expected` is recorded lost and fails to read while every other sector
+/// reads as written; then again without `latent_member`, whose kept sectors must now come
+/// from the rebuilt member (and parity), which shows parity agrees with what is left.
+#[track_caller]
+fn assert_losses(harness: &mut Harness, data: &[u8], expected: &[BadRange], latent_member: usize) {
+    assert_eq!(harness.engine.superblock().bad_ranges, expected);
+    assert_only_lost_fail(harness, data, expected, "after the rebuild");
+    harness.engine.fail_member_admin(latent_member);
+    harness.settle();
+    assert_only_lost_fail(harness, data, expected, "without the member with the error");
+}
+
 fn sector_range(offset_bytes: u64) -> BadRange {
     BadRange {
         offset_bytes,
@@ -112,13 +124,7 @@ fn a_degraded_raid5_rebuild_loses_only_the_row_of_a_latent_error() {
         sector_range(BAD_ROW * SECTOR),
         sector_range(CHUNK + BAD_ROW * SECTOR),
     ];
-    assert_eq!(harness.engine.superblock().bad_ranges, expected);
-    assert_only_lost_fail(&mut harness, &data, &expected, "after the rebuild");
-    // Parity agrees with what the stripe now holds: without the member of chunk 1, every
-    // sector of it that was kept comes back from the rebuilt chunk and parity.
-    harness.engine.fail_member_admin(latent.0);
-    harness.settle();
-    assert_only_lost_fail(&mut harness, &data, &expected, "without chunk 1's member");
+    assert_losses(&mut harness, &data, &expected, latent.0);
 }
 
 #[test]
@@ -128,11 +134,7 @@ fn a_raid5_parity_rebuild_loses_only_the_sector_of_a_latent_error() {
     let latent = holder_sector(&harness, Column::Data(0), BAD_ROW);
     rebuild_with_latent_error(&mut harness, lost, latent);
     let expected = vec![sector_range(BAD_ROW * SECTOR)];
-    assert_eq!(harness.engine.superblock().bad_ranges, expected);
-    assert_only_lost_fail(&mut harness, &data, &expected, "after the rebuild");
-    harness.engine.fail_member_admin(latent.0);
-    harness.settle();
-    assert_only_lost_fail(&mut harness, &data, &expected, "without chunk 0's member");
+    assert_losses(&mut harness, &data, &expected, latent.0);
 }
 
 #[test]
@@ -143,14 +145,13 @@ fn a_degraded_mirror_rebuild_loses_only_the_sector_of_a_latent_error() {
         let lost = geometry.data_placement(0, 0, 1).member;
         let latent = holder_sector(&harness, Column::Data(0), BAD_ROW);
         rebuild_with_latent_error(&mut harness, lost, latent);
-        let expected = vec![sector_range(BAD_ROW * SECTOR)];
-        let what = format!("{level:?} x{members}");
-        assert_eq!(harness.engine.superblock().bad_ranges, expected, "{what}");
-        assert_only_lost_fail(&mut harness, &data, &expected, &what);
-        // The rebuilt copy holds every kept sector on its own.
-        harness.engine.fail_member_admin(latent.0);
-        harness.settle();
-        assert_only_lost_fail(&mut harness, &data, &expected, &what);
+        println!("{level:?} x{members}");
+        assert_losses(
+            &mut harness,
+            &data,
+            &[sector_range(BAD_ROW * SECTOR)],
+            latent.0,
+        );
     }
 }
 
@@ -168,9 +169,5 @@ fn a_raid6_rebuild_with_both_parities_spent_loses_only_the_row_of_a_latent_error
         sector_range(BAD_ROW * SECTOR),
         sector_range(CHUNK + BAD_ROW * SECTOR),
     ];
-    assert_eq!(harness.engine.superblock().bad_ranges, expected);
-    assert_only_lost_fail(&mut harness, &data, &expected, "after the rebuild");
-    harness.engine.fail_member_admin(latent.0);
-    harness.settle();
-    assert_only_lost_fail(&mut harness, &data, &expected, "without chunk 1's member");
+    assert_losses(&mut harness, &data, &expected, latent.0);
 }
