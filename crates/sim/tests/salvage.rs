@@ -1,10 +1,11 @@
-//! A rebuild that meets a latent sector error where redundancy is already spent loses only the
-//! sectors that fail, not the chunks around them: the chunk is read again one sector at a time,
-//! what reads is kept (and rebuilt from), and only the failing rows are recorded as lost. The
-//! reference is the data the test wrote; the recorded losses are compared with the sectors the
-//! test made unreadable.
+//! A rebuild that meets a latent sector error where redundancy is already spent, or a resync
+//! after a power cut that meets one, loses only the sectors that fail, not the chunks around
+//! them: the chunk is read again one sector at a time, what reads is kept (and rebuilt or
+//! resynced from), and only the failing rows are recorded as lost. The reference is the data
+//! the test wrote; the recorded losses are compared with the sectors the test made unreadable.
 
-use tessera_raid::engine::GroupState;
+use std::sync::Arc;
+use tessera_raid::engine::{EngineConfig, GroupState};
 use tessera_raid::geometry::{Column, Level};
 use tessera_raid::superblock::{BadRange, Uuid};
 use tessera_sim::harness::Harness;
@@ -170,4 +171,41 @@ fn a_raid6_rebuild_with_both_parities_spent_loses_only_the_row_of_a_latent_error
         sector_range(CHUNK + BAD_ROW * SECTOR),
     ];
     assert_losses(&mut harness, &data, &expected, latent.0);
+}
+
+#[test]
+fn a_resync_that_meets_a_latent_error_loses_only_its_sector_and_trusts_the_stripe() {
+    // RAID5 of four, stripe 0 written and its P torn by a power cut (the region awaits
+    // resync), and one unreadable sector in data chunk 1. Parity not yet resynced cannot
+    // recover that sector, but it must not keep the whole region untrusted either: a later
+    // member loss would then lose every chunk of that member in the region.
+    let mut harness = Harness::for_test(Level::Raid5, 4, CHUNK);
+    let stripe_bytes = harness.engine.geometry().data_chunks() as u64 * CHUNK;
+    let data = reference(STRIPES * stripe_bytes);
+    harness.write(0, &data).unwrap();
+    harness.flush().unwrap();
+    let (p_member, p_sector) = holder_sector(&harness, Column::Parity(0), 0);
+    let at = (p_sector * SECTOR) as usize;
+    harness.members[p_member][at..at + CHUNK as usize].fill(0xee);
+    let images = harness.members.into_iter().map(Some).collect();
+    let config = EngineConfig {
+        pool_bytes: 16 << 20,
+        ..EngineConfig::default()
+    };
+    let mut harness = Harness::assemble_unstarted(images, config, Arc::new(tessera_parity::Naive));
+    let latent = holder_sector(&harness, Column::Data(1), BAD_ROW);
+    harness.latent_errors.insert(latent);
+    harness.settle();
+    assert!(
+        !harness.engine.is_region_unsynced(0),
+        "the region is resynced and trusted"
+    );
+    let expected = [sector_range(CHUNK + BAD_ROW * SECTOR)];
+    assert_eq!(harness.engine.superblock().bad_ranges, expected);
+    assert_only_lost_fail(&mut harness, &data, &expected, "after the resync");
+    // Parity is trusted and right: without chunk 0's member, chunk 0 comes back whole.
+    let (chunk0_member, _) = holder_sector(&harness, Column::Data(0), 0);
+    harness.engine.fail_member_admin(chunk0_member);
+    harness.settle();
+    assert_only_lost_fail(&mut harness, &data, &expected, "without chunk 0's member");
 }

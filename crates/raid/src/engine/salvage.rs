@@ -65,14 +65,7 @@ impl Engine {
         if self.geometry.parity_chunks() == 0 {
             return None;
         }
-        op.sector_columns = (0..self.geometry.data_chunks())
-            .filter(|&index| {
-                self.column_reader(op.stripe, Column::Data(index))
-                    .is_some_and(|(member, _)| {
-                        member != target && op.unreadable & (1 << member) != 0
-                    })
-            })
-            .fold(0, |mask, index| mask | (1 << index));
+        op.sector_columns = self.columns_failed_on_present_members(op);
         if op.sector_columns == 0 {
             return None;
         }
@@ -246,6 +239,19 @@ impl Engine {
                 self.op_write(id, op, member, offset_bytes, buffer);
             }
         }
+    }
+
+    /// Data columns of the op's stripe whose read failed on a member still present (and that a
+    /// replayed intent does not give): the ones to read again sector by sector.
+    pub(super) fn columns_failed_on_present_members(&self, op: &StripeOp) -> u64 {
+        (0..self.geometry.data_chunks())
+            .filter(|&index| {
+                !op.supplies(index)
+                    && self
+                        .column_reader(op.stripe, Column::Data(index))
+                        .is_some_and(|(member, _)| op.unreadable & (1 << member) != 0)
+            })
+            .fold(0, |mask, index| mask | (1 << index))
     }
 
     /// Reads data column `index` of the op's stripe one sector at a time into `buffer` (the

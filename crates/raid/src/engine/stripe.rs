@@ -1224,31 +1224,25 @@ impl Engine {
             return self.plan_chunk_copy(id, op, member, offset_bytes);
         }
         let data_chunks = self.geometry.data_chunks();
-        let any_lost = (0..data_chunks).any(|index| {
-            !op.supplies(index) && self.readable_column(op, Column::Data(index)).is_none()
+        let any_gone = (0..data_chunks).any(|index| {
+            !op.supplies(index) && self.column_reader(op.stripe, Column::Data(index)).is_none()
         });
+        // A chunk that failed to read on a member still present holds its data in every sector
+        // but the failing ones, and parity not yet resynced cannot stand in for those (a read
+        // of them already fails): the chunk is read again sector by sector and only the sectors
+        // that fail are lost, so the stripe is whole again and its region can be trusted
+        // (journal seed 46618 found the replay case).
+        op.sector_columns = self.columns_failed_on_present_members(op);
+        op.bad_sectors.clear();
         // A stripe a replayed full-stripe intent names holds only the torn write's data, which
         // may read back as anything (the fault model's relaxation): a chunk of it whose member
         // is gone is taken as parity says, and the other parity made to agree, so that the
-        // stripe is whole again before the region is trusted. A chunk that failed to read on a
-        // live member still holds its data in every sector but the failing ones, and parity of
-        // a torn stripe cannot stand in for those: the chunk is read again sector by sector
-        // and only the sectors that fail are lost (journal seed 46618).
-        if op.journal_replay {
-            op.sector_columns = (0..data_chunks)
-                .filter(|&index| {
-                    !op.supplies(index)
-                        && self
-                            .column_reader(op.stripe, Column::Data(index))
-                            .is_some_and(|(member, _)| op.unreadable & (1 << member) != 0)
-                })
-                .fold(0, |mask, index| mask | (1 << index));
-            op.bad_sectors.clear();
-        }
-        if self.geometry.parity_chunks() == 0 || (any_lost && !op.journal_replay) {
+        // stripe is whole again before the region is trusted.
+        if self.geometry.parity_chunks() == 0 || (any_gone && !op.journal_replay) {
             // No parity, or a lost data chunk that cannot be checked against parity: leave the
             // stripe as it is (and the region unsynced, so nothing trusts its parity).
-            op.skipped = any_lost;
+            op.skipped = any_gone;
+            op.sector_columns = 0;
             op.work = Work::None;
             return Planned::Go;
         }
