@@ -5,6 +5,7 @@
 //! (member reads, writes and flushes; host replies; group events). The same engine runs over
 //! io_uring in the daemon and over simulated members in the deterministic simulator.
 
+pub mod bad_ranges;
 pub mod bitmap;
 pub mod engine;
 pub mod geometry;

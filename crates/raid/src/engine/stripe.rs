@@ -1620,24 +1620,9 @@ impl Engine {
 
     /// Records group data that is lost; reads of it fail from now on.
     pub(super) fn record_bad_range(&mut self, range: BadRange) {
-        let bad = &mut self.superblock.bad_ranges;
-        if bad.iter().any(|existing| {
-            existing.offset_bytes <= range.offset_bytes
-                && range.offset_bytes + range.len_bytes
-                    <= existing.offset_bytes + existing.len_bytes
-        }) {
+        let table = &mut self.superblock.bad_ranges;
+        if !crate::bad_ranges::record(table, range, crate::superblock::MAX_BAD_RANGES) {
             return;
-        }
-        if bad.len() == crate::superblock::MAX_BAD_RANGES {
-            // The table is full: widen the last entry to cover the new range too.
-            let last = bad.last_mut().expect("full table");
-            let end =
-                (last.offset_bytes + last.len_bytes).max(range.offset_bytes + range.len_bytes);
-            last.offset_bytes = last.offset_bytes.min(range.offset_bytes);
-            last.len_bytes = end - last.offset_bytes;
-        } else {
-            bad.push(range);
-            bad.sort();
         }
         self.emit_event(GroupEvent::DataLost {
             offset_bytes: range.offset_bytes,
