@@ -192,3 +192,22 @@ fn a_drive_exported_over_ublk_shows_its_device() {
         "{text}"
     );
 }
+
+#[test]
+fn many_bad_ranges_are_counted_and_the_first_few_listed() {
+    let mut dg = degraded_group();
+    dg.bad_ranges = (0..6)
+        .map(|i| tessera_api::BadRange {
+            offset_bytes: i * 65536,
+            len_bytes: 512,
+        })
+        .collect();
+    let text = describe_dg(Style::PLAIN, &dg);
+    assert!(
+        text.contains(
+            "  bad ranges:      6 ranges, 3.0 KiB in all: 0+512, 65536+512, 131072+512, \
+             196608+512, ... (--json lists every range)\n"
+        ),
+        "{text}"
+    );
+}

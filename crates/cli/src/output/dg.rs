@@ -151,16 +151,7 @@ pub fn describe_dg(style: Style, dg: &DgView) -> String {
             ),
         ));
     }
-    let bad_ranges = if dg.bad_ranges.is_empty() {
-        "none".to_string()
-    } else {
-        dg.bad_ranges
-            .iter()
-            .map(|range| format!("{}+{}", range.offset_bytes, range.len_bytes))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    pairs.push(("bad ranges", bad_ranges));
+    pairs.push(("bad ranges", bad_ranges(&dg.bad_ranges)));
     pairs.push((
         "virtual drives",
         if dg.virtual_drives.is_empty() {
@@ -195,4 +186,30 @@ pub fn describe_dg(style: Style, dg: &DgView) -> String {
     }
     out.push_str(&members.render(style));
     out
+}
+
+/// How many bad ranges the description lists before it summarises the rest.
+const BAD_RANGES_LISTED: usize = 4;
+
+/// The group's lost data: every range when there are few, else a count, the bytes lost and the
+/// first few (losses are recorded a sector at a time, so the table can hold a hundred).
+fn bad_ranges(ranges: &[tessera_api::BadRange]) -> String {
+    if ranges.is_empty() {
+        return "none".to_string();
+    }
+    let listed: Vec<String> = ranges
+        .iter()
+        .take(BAD_RANGES_LISTED)
+        .map(|range| format!("{}+{}", range.offset_bytes, range.len_bytes))
+        .collect();
+    if ranges.len() <= BAD_RANGES_LISTED {
+        return listed.join(", ");
+    }
+    let lost_bytes: u64 = ranges.iter().map(|range| range.len_bytes).sum();
+    format!(
+        "{} ranges, {} in all: {}, ... (--json lists every range)",
+        ranges.len(),
+        format_size(lost_bytes),
+        listed.join(", ")
+    )
 }
