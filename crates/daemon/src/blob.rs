@@ -58,6 +58,30 @@ pub struct GroupConfig {
 }
 
 impl GroupConfig {
+    /// Where lost group data lies in the virtual drives, for the operator: a thick drive's
+    /// byte range, or the log of a thin drive (whose blocks there fail their reads). Empty
+    /// outside every drive.
+    pub fn where_lost(&self, offset_bytes: u64, len_bytes: u64) -> Vec<String> {
+        let end = offset_bytes + len_bytes;
+        self.virtual_drives
+            .iter()
+            .filter(|vd| vd.offset_bytes < end && offset_bytes < vd.offset_bytes + vd.size_bytes)
+            .map(|vd| {
+                if vd.thin.is_some() {
+                    return format!("the log of thin virtual drive {}", vd.name);
+                }
+                let start = offset_bytes.max(vd.offset_bytes);
+                let stop = end.min(vd.offset_bytes + vd.size_bytes);
+                format!(
+                    "virtual drive {} at {}+{}",
+                    vd.name,
+                    start - vd.offset_bytes,
+                    stop - start
+                )
+            })
+            .collect()
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("group config serializes")
     }
@@ -188,6 +212,31 @@ mod tests {
         );
         assert!(GroupConfig::decode(b"{\"dg_id\":1,\"virtual_drives\":[{\"name\":\"x\",\"offset_bytes\":990,\"size_bytes\":20}]}", 1000).is_err());
         assert!(GroupConfig::decode(b"\xff", 1000).is_err());
+    }
+
+    #[test]
+    fn lost_data_is_placed_in_the_drives_it_falls_in() {
+        let mut thin = vd("t", 1000, 500);
+        thin.thin = Some(ThinRecord {
+            logical_bytes: 4000,
+            compression: Compression::Lz4,
+            store_id: 7,
+            low_space_percent: 10,
+        });
+        let config = GroupConfig {
+            dg_id: 1,
+            virtual_drives: vec![vd("a", 0, 100), vd("b", 300, 100), thin],
+        };
+        assert_eq!(config.where_lost(310, 20), vec!["virtual drive b at 10+20"]);
+        assert_eq!(
+            config.where_lost(50, 300),
+            vec!["virtual drive a at 50+50", "virtual drive b at 0+50"]
+        );
+        assert_eq!(
+            config.where_lost(1200, 512),
+            vec!["the log of thin virtual drive t"]
+        );
+        assert!(config.where_lost(100, 200).is_empty(), "between drives");
     }
 
     #[test]

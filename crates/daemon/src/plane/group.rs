@@ -473,8 +473,18 @@ impl DataPlane {
                 offset_bytes,
                 len_bytes,
             } => {
+                let drives = self
+                    .groups
+                    .get(&group_id)
+                    .map(|g| g.config.where_lost(offset_bytes, len_bytes))
+                    .unwrap_or_default();
+                let within = if drives.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", drives.join(", "))
+                };
                 let message = format!(
-                    "drive group {name}: data at {offset_bytes}+{len_bytes} lost beyond redundancy; reads of it fail"
+                    "drive group {name}: data at {offset_bytes}+{len_bytes}{within} lost beyond redundancy; reads of it fail"
                 );
                 log!("{message}");
                 self.events
