@@ -5,9 +5,11 @@
 //!
 //! A read error fails a whole member read, however many of its sectors are bad, so a chunk
 //! that failed to read on a member still present is read again one sector at a time
-//! (`IoPurpose::SectorRead`) to learn which sectors are really gone. Two ops use this: a rebuild
-//! that meets a latent error where redundancy is already spent, and journal replay of a torn
-//! full-stripe write (whose parity cannot stand in for a chunk's unreadable sectors).
+//! (`IoPurpose::SectorRead`) to learn which sectors are really gone. A rebuild that meets a
+//! latent error where redundancy is already spent salvages here; a resync (after a power cut,
+//! or replaying a torn full-stripe write from the journal) reads that way too, since parity
+//! not yet resynced cannot stand in for a chunk's unreadable sectors (`plan_resync`,
+//! `compute_resync`).
 
 use super::stripe::{Image, IoPurpose, Kind, Planned, StripeOp, Work};
 use super::{Engine, MemberOp, OpId, Owner};
