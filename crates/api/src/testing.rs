@@ -753,6 +753,7 @@ impl Controller for FakeController {
                 tls_required: body.tls_required,
             },
             ublk: None,
+            lost_ranges: Vec::new(),
         };
         state.vds.insert(name.clone(), view.clone());
         state.event(

@@ -110,8 +110,10 @@ fn objects_have_the_documented_keys() {
                          "checksum_errors_detected": 0, "checksum_errors_repaired": 0},
                "access": {"allow": ["uid:0"], "read_only": false, "multi_conn": true},
                "ublk": {"device": "/dev/ublkb0", "device_id": 0, "queues": 2,
-                        "queue_depth": 64, "state": "live"}}),
-        "name dg size_bytes offset_bytes nbd_uri connections thin compression stats access ublk",
+                        "queue_depth": 64, "state": "live"},
+               "lost_ranges": [{"offset_bytes": 4096, "len_bytes": 512}]}),
+        "name dg size_bytes offset_bytes nbd_uri connections thin compression stats access ublk \
+         lost_ranges",
     );
     assert_eq!(
         keys(&vd["ublk"]),

@@ -211,3 +211,15 @@ fn many_bad_ranges_are_counted_and_the_first_few_listed() {
         "{text}"
     );
 }
+
+#[test]
+fn a_thick_drive_with_lost_data_says_where() {
+    let vd: VdView = serde_json::from_str(
+        r#"{"name": "vd0", "dg": 0, "size_bytes": 1073741824, "offset_bytes": 65536,
+            "nbd_uri": "nbd+unix:///vd0?socket=/s", "connections": 0, "thin": false,
+            "lost_ranges": [{"offset_bytes": 8192, "len_bytes": 512}]}"#,
+    )
+    .unwrap();
+    let text = describe_vd(Style::PLAIN, &vd);
+    assert!(text.ends_with("  lost data:        8192+512\n"), "{text}");
+}

@@ -38,6 +38,15 @@ fn default_low_space_percent() -> u8 {
 }
 
 impl VdRecord {
+    /// The part of a lost group range that falls in this thick drive, as (offset within the
+    /// drive, length). None for a thin drive (its extent holds a log, not host offsets) or a
+    /// range outside the drive.
+    pub fn lost_range(&self, offset_bytes: u64, len_bytes: u64) -> Option<(u64, u64)> {
+        let start = offset_bytes.max(self.offset_bytes);
+        let stop = (offset_bytes + len_bytes).min(self.offset_bytes + self.size_bytes);
+        (self.thin.is_none() && start < stop).then(|| (start - self.offset_bytes, stop - start))
+    }
+
     /// The size hosts see.
     pub fn host_bytes(&self) -> u64 {
         self.thin
@@ -66,18 +75,9 @@ impl GroupConfig {
         self.virtual_drives
             .iter()
             .filter(|vd| vd.offset_bytes < end && offset_bytes < vd.offset_bytes + vd.size_bytes)
-            .map(|vd| {
-                if vd.thin.is_some() {
-                    return format!("the log of thin virtual drive {}", vd.name);
-                }
-                let start = offset_bytes.max(vd.offset_bytes);
-                let stop = end.min(vd.offset_bytes + vd.size_bytes);
-                format!(
-                    "virtual drive {} at {}+{}",
-                    vd.name,
-                    start - vd.offset_bytes,
-                    stop - start
-                )
+            .map(|vd| match vd.lost_range(offset_bytes, len_bytes) {
+                None => format!("the log of thin virtual drive {}", vd.name),
+                Some((start, len)) => format!("virtual drive {} at {start}+{len}", vd.name),
             })
             .collect()
     }
@@ -237,6 +237,17 @@ mod tests {
             vec!["the log of thin virtual drive t"]
         );
         assert!(config.where_lost(100, 200).is_empty(), "between drives");
+        assert_eq!(config.virtual_drives[1].lost_range(250, 100), Some((0, 50)));
+        assert_eq!(
+            config.virtual_drives[1].lost_range(390, 100),
+            Some((90, 10))
+        );
+        assert_eq!(
+            config.virtual_drives[1].lost_range(400, 100),
+            None,
+            "just past it"
+        );
+        assert_eq!(config.virtual_drives[2].lost_range(1200, 512), None, "thin");
     }
 
     #[test]

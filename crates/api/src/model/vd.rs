@@ -112,6 +112,11 @@ pub struct VdView {
     /// Its ublk block device, when exported through ublk.
     #[serde(default)]
     pub ublk: Option<UblkView>,
+    /// Ranges of a thick drive (offsets within the drive) whose data was lost beyond the
+    /// group's redundancy: reads of them fail until they are written. Empty for thin drives,
+    /// where a loss in the log shows as failed reads of the blocks stored there.
+    #[serde(default)]
+    pub lost_ranges: Vec<super::BadRange>,
 }
 
 /// A virtual drive's ublk block device.

@@ -2,7 +2,7 @@
 
 use tessera_api::{DgView, JournalPlacement, PdState, RebuildKind, RebuildView, ScrubView};
 
-use super::{Column, Table, key_values, or_dash};
+use super::{Column, Table, key_values, lost_ranges, or_dash};
 use crate::style::Style;
 use crate::units::{format_duration, format_size, format_size_short, format_unix_ms};
 
@@ -151,7 +151,7 @@ pub fn describe_dg(style: Style, dg: &DgView) -> String {
             ),
         ));
     }
-    pairs.push(("bad ranges", bad_ranges(&dg.bad_ranges)));
+    pairs.push(("bad ranges", lost_ranges(&dg.bad_ranges)));
     pairs.push((
         "virtual drives",
         if dg.virtual_drives.is_empty() {
@@ -186,30 +186,4 @@ pub fn describe_dg(style: Style, dg: &DgView) -> String {
     }
     out.push_str(&members.render(style));
     out
-}
-
-/// How many bad ranges the description lists before it summarises the rest.
-const BAD_RANGES_LISTED: usize = 4;
-
-/// The group's lost data: every range when there are few, else a count, the bytes lost and the
-/// first few (losses are recorded a sector at a time, so the table can hold a hundred).
-fn bad_ranges(ranges: &[tessera_api::BadRange]) -> String {
-    if ranges.is_empty() {
-        return "none".to_string();
-    }
-    let listed: Vec<String> = ranges
-        .iter()
-        .take(BAD_RANGES_LISTED)
-        .map(|range| format!("{}+{}", range.offset_bytes, range.len_bytes))
-        .collect();
-    if ranges.len() <= BAD_RANGES_LISTED {
-        return listed.join(", ");
-    }
-    let lost_bytes: u64 = ranges.iter().map(|range| range.len_bytes).sum();
-    format!(
-        "{} ranges, {} in all: {}, ... (--json lists every range)",
-        ranges.len(),
-        format_size(lost_bytes),
-        listed.join(", ")
-    )
 }

@@ -16,6 +16,7 @@ pub use table::{Column, Table};
 pub use vd::{describe_vd, list_vds};
 
 use crate::style::Style;
+use crate::units::format_size;
 
 /// A title line and `key: value` lines with the values aligned.
 pub(crate) fn key_values(style: Style, title: &str, pairs: &[(&str, String)]) -> String {
@@ -31,4 +32,30 @@ pub(crate) fn key_values(style: Style, title: &str, pairs: &[(&str, String)]) ->
 /// `Some(x)` as text, `None` as `-`.
 pub(crate) fn or_dash<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
+/// How many bad ranges the description lists before it summarises the rest.
+const BAD_RANGES_LISTED: usize = 4;
+
+/// Lost data (a group's bad ranges, or a drive's share of them): every range when there are few, else a count, the bytes lost and the
+/// first few (losses are recorded a sector at a time, so the table can hold a hundred).
+pub(super) fn lost_ranges(ranges: &[tessera_api::BadRange]) -> String {
+    if ranges.is_empty() {
+        return "none".to_string();
+    }
+    let listed: Vec<String> = ranges
+        .iter()
+        .take(BAD_RANGES_LISTED)
+        .map(|range| format!("{}+{}", range.offset_bytes, range.len_bytes))
+        .collect();
+    if ranges.len() <= BAD_RANGES_LISTED {
+        return listed.join(", ");
+    }
+    let lost_bytes: u64 = ranges.iter().map(|range| range.len_bytes).sum();
+    format!(
+        "{} ranges, {} in all: {}, ... (--json lists every range)",
+        ranges.len(),
+        format_size(lost_bytes),
+        listed.join(", ")
+    )
 }

@@ -2,7 +2,7 @@
 
 use tessera_api::VdView;
 
-use super::{Column, Table, key_values};
+use super::{Column, Table, key_values, lost_ranges};
 use crate::style::Style;
 use crate::units::format_size;
 
@@ -93,6 +93,9 @@ pub fn describe_vd(style: Style, vd: &VdView) -> String {
             "offset",
             format!("{} bytes into the group's data space", vd.offset_bytes),
         ));
+    }
+    if !vd.lost_ranges.is_empty() {
+        pairs.push(("lost data", lost_ranges(&vd.lost_ranges)));
     }
     if let Some(stats) = &vd.stats {
         pairs.extend([

@@ -285,6 +285,17 @@ impl DataPlane {
             stats: self.thin_stats(vd),
             access: vd.access.clone(),
             ublk: self.ublk_view(&vd.name),
+            lost_ranges: group
+                .engine
+                .superblock()
+                .bad_ranges
+                .iter()
+                .filter_map(|bad| vd.lost_range(bad.offset_bytes, bad.len_bytes))
+                .map(|(offset_bytes, len_bytes)| BadRange {
+                    offset_bytes,
+                    len_bytes,
+                })
+                .collect(),
         }
     }
 
