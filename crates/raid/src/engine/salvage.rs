@@ -306,13 +306,12 @@ impl Engine {
 
     /// Records the op's lost sectors as bad ranges, adjacent sectors as one.
     pub(super) fn record_bad_sectors(&mut self, op: &mut StripeOp) {
-        let mut bad = std::mem::take(&mut op.bad_sectors);
-        bad.sort_unstable();
-        bad.dedup();
+        op.bad_sectors.sort_unstable();
+        op.bad_sectors.dedup();
         let chunk = self.geometry.chunk_bytes();
         let stripe_offset = self.geometry.stripe_offset_bytes(op.stripe);
         let mut runs: Vec<BadRange> = Vec::new();
-        for &(index, sector) in &bad {
+        for &(index, sector) in &op.bad_sectors {
             let offset_bytes =
                 stripe_offset + index as u64 * chunk + u64::from(sector) * SECTOR_BYTES;
             match runs.last_mut() {
@@ -325,10 +324,9 @@ impl Engine {
                 }),
             }
         }
+        op.bad_sectors.clear();
         for run in runs {
             self.record_bad_range(run);
         }
-        bad.clear();
-        op.bad_sectors = bad;
     }
 }

@@ -5,7 +5,8 @@
 //! Each op walks the same stages: wait for the lock (`Queued`, or `Gathering` while a partial
 //! sequential write waits for the rest of its stripe), pass the region gate, plan, read, compute,
 //! write, finish. A read error during `Reading` re-plans with that member treated as lost (or,
-//! for a replayed intent's data chunk on a live member, with that chunk read sector by sector).
+//! for a resync or a rebuild's salvage, with that chunk read again sector by sector:
+//! `salvage.rs`).
 
 use super::host::ReadPiece;
 use super::slab::Key;
@@ -176,8 +177,9 @@ pub(crate) struct StripeOp {
     pub(super) read_failed: bool,
     /// Members whose reads failed during this op (treated as lost for it).
     pub(super) unreadable: u64,
-    /// Data columns read sector by sector (a replayed intent's chunk that failed to read on a
-    /// live member), and the sectors of them that failed: (data index, sector in the chunk).
+    /// Data columns read sector by sector (a chunk that failed to read on a member still
+    /// present, in a resync or a rebuild's salvage), and the sectors of them that failed:
+    /// (data index, sector in the chunk).
     pub(super) sector_columns: u64,
     pub(super) bad_sectors: Vec<(usize, u32)>,
     pub(super) entered: bool,
