@@ -22,7 +22,7 @@ const LAST_LITERALS: usize = 5;
 const MATCH_START_LIMIT: usize = 12;
 /// After this many misses in a row, the search steps over more bytes at a time, so that
 /// incompressible data costs little.
-const SKIP_TRIGGER: u32 = 6;
+const SKIP_TRIGGER: u32 = 5;
 
 /// Compresses blocks of up to 64 KiB into the LZ4 block format.
 pub struct Lz4Encoder {
@@ -60,18 +60,22 @@ impl Lz4Encoder {
         if input.len() > MATCH_START_LIMIT {
             let last_start = input.len() - MATCH_START_LIMIT;
             let match_end_limit = input.len() - LAST_LITERALS;
-            let mut pos = 0;
+            // Position 0 has nothing before it to match: it only enters the table.
+            self.table[hash(read_u32(input, 0))] = 0;
+            let mut pos = 1;
             let mut misses = 0u32;
             while pos <= last_start {
                 let sequence = read_u32(input, pos);
                 let slot = hash(sequence);
-                let candidate = usize::from(self.table[slot]);
+                // An entry at or past `pos` is left from an earlier block: probing the byte
+                // before `pos` instead keeps the loop free of a branch on it (on incompressible
+                // data stale and current entries alternate unpredictably, and the mispredicted
+                // branch cost more than the probe). Any earlier position that holds the same
+                // four bytes is a valid match, and every one is within the format's reach, as
+                // the input is at most 64 KiB.
+                let entry = usize::from(self.table[slot]);
+                let candidate = std::hint::select_unpredictable(entry < pos, entry, pos - 1);
                 self.table[slot] = pos as u16;
-                if candidate >= pos || pos - candidate > usize::from(u16::MAX) {
-                    pos += 1 + (misses >> SKIP_TRIGGER) as usize;
-                    misses += 1;
-                    continue;
-                }
                 if read_u32(input, candidate) != sequence {
                     pos += 1 + (misses >> SKIP_TRIGGER) as usize;
                     misses += 1;
@@ -101,25 +105,23 @@ impl Lz4Encoder {
 }
 
 /// Where a match that holds up to `end` stops, comparing `offset` bytes back, at most at
-/// `limit`. Eight bytes at a time: long matches are what compressible blocks are made of.
+/// `limit`. Sixteen bytes at a time: long matches are what compressible blocks are made of.
 fn match_end(input: &[u8], mut end: usize, offset: usize, limit: usize) -> usize {
-    while end + 8 <= limit {
-        let ahead = u64::from_le_bytes(input[end..end + 8].try_into().expect("eight bytes"));
-        let back = u64::from_le_bytes(
-            input[end - offset..end - offset + 8]
-                .try_into()
-                .expect("eight bytes"),
-        );
-        let differ = ahead ^ back;
+    while end + 16 <= limit {
+        let differ = read_u128(input, end) ^ read_u128(input, end - offset);
         if differ != 0 {
             return end + (differ.trailing_zeros() / 8) as usize;
         }
-        end += 8;
+        end += 16;
     }
     while end < limit && input[end] == input[end - offset] {
         end += 1;
     }
     end
+}
+
+fn read_u128(bytes: &[u8], at: usize) -> u128 {
+    u128::from_le_bytes(bytes[at..at + 16].try_into().expect("sixteen bytes"))
 }
 
 fn read_u32(bytes: &[u8], at: usize) -> u32 {
@@ -266,6 +268,30 @@ mod tests {
                 })
                 .collect();
             round_trip(&mut encoder, &block);
+        }
+    }
+
+    #[test]
+    fn entries_past_a_shorter_block_left_by_a_longer_one_are_harmless() {
+        let mut encoder = Lz4Encoder::new();
+        let mut state = 11u64;
+        for round in 0..50 {
+            // A 64 KiB block fills the table with positions far past the short blocks after
+            // it; each short one mixes runs (matches at small distances) with random bytes.
+            let long: Vec<u8> = (0..1 << 16).map(|_| xorshift(&mut state) & 7).collect();
+            round_trip(&mut encoder, &long);
+            for len in [13, 64, 300, 4096] {
+                let short: Vec<u8> = (0..len)
+                    .map(|i| {
+                        if (i / (5 + round)) % 2 == 0 {
+                            0
+                        } else {
+                            xorshift(&mut state)
+                        }
+                    })
+                    .collect();
+                round_trip(&mut encoder, &short);
+            }
         }
     }
 
