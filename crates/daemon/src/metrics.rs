@@ -38,7 +38,7 @@ impl DataPlane {
             );
         }
         type Field = fn(&tessera_raid::engine::Counters) -> u64;
-        let series: [(&str, &str, Field); 20] = [
+        let series: [(&str, &str, Field); 21] = [
             (
                 "tessera_dg_host_read_bytes_total",
                 "Bytes read by hosts from a drive group.",
@@ -123,6 +123,11 @@ impl DataPlane {
                 "tessera_dg_journal_home_batches_total",
                 "Write journal batches written to their stripes' parity members alone.",
                 |c| c.journal_home_batches,
+            ),
+            (
+                "tessera_dg_journal_reserve_batches_total",
+                "Write journal batches written from the reserved batch buffer (no pool room).",
+                |c| c.journal_reserve_batches,
             ),
             (
                 "tessera_dg_journal_entries_total",

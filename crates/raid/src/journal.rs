@@ -185,6 +185,13 @@ pub fn batch_bytes(entries: &[EntryDescriptor]) -> u64 {
         * BATCH_ALIGN_BYTES
 }
 
+/// Bytes of a batch holding one entry of `writes` writes carrying `payload_bytes` in all.
+pub fn single_entry_batch_bytes(writes: usize, payload_bytes: u64) -> u64 {
+    (payload_start(DESCRIPTOR_BYTES + writes * WRITE_BYTES) as u64 + payload_bytes)
+        .div_ceil(BATCH_ALIGN_BYTES)
+        * BATCH_ALIGN_BYTES
+}
+
 /// Bytes a batch with one more entry would take, given the current descriptor and payload
 /// totals (for deciding when to seal a batch).
 pub fn entry_cost_bytes(entry: &EntryDescriptor) -> u64 {

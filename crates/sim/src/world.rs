@@ -45,6 +45,8 @@ pub struct Stats {
     pub thin_recoveries: u64,
     /// Journal batches written to their parity members alone, over every engine of the run.
     pub journal_home_batches: u64,
+    /// Journal batches written from the reserved batch buffer (the pool had no room).
+    pub journal_reserve_batches: u64,
 }
 
 struct Device {
@@ -247,7 +249,9 @@ impl World {
     /// Adds the running engine's counters to the run's statistics before it goes away.
     fn count_engine(&mut self) {
         if let Some(engine) = &self.engine {
-            self.stats.journal_home_batches += engine.status().counters.journal_home_batches;
+            let counters = engine.status().counters;
+            self.stats.journal_home_batches += counters.journal_home_batches;
+            self.stats.journal_reserve_batches += counters.journal_reserve_batches;
         }
     }
 

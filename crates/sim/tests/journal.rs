@@ -5,7 +5,7 @@
 //! with what was written (the reference is the data the test wrote, not the engine).
 
 use std::sync::Arc;
-use tessera_raid::engine::{Command, EngineConfig, HostError, MemberOp};
+use tessera_raid::engine::{Command, EngineConfig, HostError, HostOp, MemberOp};
 use tessera_raid::geometry::{Column, Level};
 use tessera_raid::superblock::JournalMode;
 use tessera_sim::harness::Harness;
@@ -1078,4 +1078,56 @@ fn a_raid6_one_chunk_update_journals_p_and_q_partial_parity_on_its_parity_member
             }
         }
     }
+}
+
+/// Stripe updates hold their buffers until their entries are durable, so a batch that could
+/// only come from a pool they filled would wait for them forever (simulator seed 15091). The
+/// pool here has no free block larger than 4 KiB: the update's reads fit, its batch (header and
+/// partial parity, 8 KiB) does not, and it comes from the batch set aside for this.
+#[test]
+fn a_batch_the_pool_has_no_room_for_is_written_from_the_reserve() {
+    let mut h = group(JournalMode::AlwaysOn);
+    // The host's data first: host buffers are refused once the pool is this full.
+    let data = h.engine.alloc_host_buffer(CHUNK as usize).expect("buffer");
+    h.engine.pool_mut().slice_mut(data).fill(0xBB);
+    let mut hogs = Vec::new();
+    while let Some(buffer) = h.engine.pool_mut().alloc(4096) {
+        hogs.push(buffer);
+    }
+    // Every other 4 KiB block back: free space in pieces no two of which join.
+    for buffer in hogs.iter().step_by(2) {
+        h.engine.pool_mut().free(*buffer);
+    }
+    let before = h.engine.status().counters;
+    let id = h.submit(HostOp::Write {
+        offset_bytes: 0,
+        buffer: data,
+        fua: false,
+    });
+    for _ in 0..10_000 {
+        if h.answered(id) {
+            break;
+        }
+        h.advance(10);
+    }
+    let reply = h
+        .take_reply(id)
+        .unwrap_or_else(|| panic!("the update is never answered: {}", h.engine.debug_summary()));
+    reply.expect("the update goes through");
+    let after = h.engine.status().counters;
+    assert_eq!(
+        after.journal_entries - before.journal_entries,
+        1,
+        "the update was journaled"
+    );
+    assert_eq!(
+        after.journal_reserve_batches - before.journal_reserve_batches,
+        1,
+        "its batch came from the reserve"
+    );
+    for buffer in hogs.iter().skip(1).step_by(2) {
+        h.engine.pool_mut().free(*buffer);
+    }
+    assert_filled(&h.read(0, CHUNK).unwrap(), 0xBB, "chunk 0");
+    assert_filled(&h.read(CHUNK, CHUNK).unwrap(), 0xCC, "chunk 1");
 }

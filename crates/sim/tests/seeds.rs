@@ -25,6 +25,10 @@ const REGRESSIONS: &[u64] = &[
     // The same on a mirror: the recovery would not read the copy it was asked to repair,
     // though a host write had repaired it and no other copy was left.
     8271,
+    // Journaled updates held a small pool until no block was left for their batch, which
+    // never came (a one-entry batch now comes from a reserve; the focused test is in
+    // journal.rs).
+    15091,
 ];
 
 /// Seeds that found bugs with the host on a thin drive (`TESSERA_SIM_THIN=on`): a stop

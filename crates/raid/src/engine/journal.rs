@@ -102,11 +102,28 @@ enum BatchStage {
     Done { done_epoch: u64 },
 }
 
+/// Where a batch's bytes are, until it is durable.
+#[derive(Clone, Copy, Debug)]
+enum BatchBuffer {
+    Pool(BufferId),
+    /// The reserved batch (`MetadataBuffers::take_journal_batch`), when the pool had no room.
+    Reserve(BufferSlice),
+}
+
+impl BatchBuffer {
+    fn slice(self, pool: &tessera_buffer::BufferPool) -> BufferSlice {
+        match self {
+            BatchBuffer::Pool(buffer) => pool.full(buffer),
+            BatchBuffer::Reserve(slice) => slice,
+        }
+    }
+}
+
 struct BatchState {
     stage: BatchStage,
     ops: smallvec::SmallVec<[OpId; 8]>,
     ops_left: u32,
-    buffer: Option<BufferId>,
+    buffer: Option<BatchBuffer>,
     /// Copy writes outstanding (each a FUA write).
     pending_io: u32,
     copies_ok: u32,
@@ -802,10 +819,59 @@ impl Engine {
     /// Seals the oldest open entries into a batch and starts writing it. False when it must
     /// wait (ring space or memory).
     fn seal_batch(&mut self) -> bool {
-        let cap = self.batch_cap_bytes();
+        let mut descriptors = std::mem::take(&mut self.journal.sealing_descriptors);
+        let mut count = self.gather_batch(self.batch_cap_bytes(), &mut descriptors);
+        let mut total = format::batch_bytes(&descriptors);
+        let mut home = self.batch_home(&descriptors);
+        let Some(mut places) = self.place_batch(total, 0, home.as_deref()) else {
+            self.journal.space_wanted = true;
+            self.journal.sealing_descriptors = descriptors;
+            return false;
+        };
+        if let Some(buffer) = self.pool.alloc(total as usize) {
+            return self.seal_gathered(count, descriptors, BatchBuffer::Pool(buffer), home, places);
+        }
+        // No block in the pool: the reserved batch, which holds one entry's batch at least,
+        // with fewer entries if need be (the estimate behind `gather_batch` can fall short of
+        // the aligned total, hence one entry as the last resort).
+        let reserve_bytes = self.metadata_buffers.journal_batch_bytes() as u64;
+        if total > reserve_bytes {
+            count = self.gather_batch(reserve_bytes, &mut descriptors);
+            total = format::batch_bytes(&descriptors);
+            if total > reserve_bytes && count > 1 {
+                count = self.gather_batch(0, &mut descriptors);
+                total = format::batch_bytes(&descriptors);
+            }
+            home = self.batch_home(&descriptors);
+            match self.place_batch(total, 0, home.as_deref()) {
+                Some(fewer) => places = fewer,
+                None => {
+                    self.journal.sealing_descriptors = descriptors;
+                    return false;
+                }
+            }
+        }
+        let Some(reserve) = self.metadata_buffers.take_journal_batch(total as usize) else {
+            // In use by the batch before (it comes back when that one is durable), or an
+            // entry larger than any update makes.
+            self.journal.sealing_descriptors = descriptors;
+            return false;
+        };
+        self.counters.journal_reserve_batches += 1;
+        self.seal_gathered(
+            count,
+            descriptors,
+            BatchBuffer::Reserve(reserve),
+            home,
+            places,
+        )
+    }
+
+    /// The first open entries that fit a batch of `cap` bytes (one at least), into
+    /// `descriptors`; how many.
+    fn gather_batch(&self, cap: u64, descriptors: &mut Vec<EntryDescriptor>) -> usize {
         let mut count = 0;
         let mut estimate = (format::HEADER_BYTES + 512) as u64;
-        let mut descriptors = std::mem::take(&mut self.journal.sealing_descriptors);
         descriptors.clear();
         for entry in &self.journal.open {
             estimate += format::entry_cost_bytes(&entry.descriptor);
@@ -815,17 +881,18 @@ impl Engine {
             descriptors.push(entry.descriptor.clone());
             count += 1;
         }
-        let total = format::batch_bytes(&descriptors);
-        let home = self.batch_home(&descriptors);
-        let Some(places) = self.place_batch(total, 0, home.as_deref()) else {
-            self.journal.space_wanted = true;
-            self.journal.sealing_descriptors = descriptors;
-            return false;
-        };
-        let Some(buffer) = self.pool.alloc(total as usize) else {
-            self.journal.sealing_descriptors = descriptors;
-            return false;
-        };
+        count
+    }
+
+    /// Encodes the first `count` open entries into `buffer` and writes the batch to `places`.
+    fn seal_gathered(
+        &mut self,
+        count: usize,
+        descriptors: Vec<EntryDescriptor>,
+        buffer: BatchBuffer,
+        home: Option<smallvec::SmallVec<[usize; 2]>>,
+        places: Places,
+    ) -> bool {
         let mut entries = std::mem::take(&mut self.journal.sealing_entries);
         entries.clear();
         entries.extend(self.journal.open.drain(..count));
@@ -835,7 +902,7 @@ impl Engine {
         self.journal.next_sequence += 1;
         let group_uuid = self.superblock.group_uuid;
         {
-            let full = self.pool.full(buffer);
+            let full = buffer.slice(&self.pool);
             let mut access = self.pool.access();
             let out = access.get_mut(full);
             format::encode_batch(
@@ -911,8 +978,9 @@ impl Engine {
         true
     }
 
-    fn start_batch_io(&mut self, sequence: u64, buffer: BufferId, places: &[(usize, u64)]) {
-        let len = self.pool.len(buffer) as u64;
+    fn start_batch_io(&mut self, sequence: u64, buffer: BatchBuffer, places: &[(usize, u64)]) {
+        let slice = buffer.slice(&self.pool);
+        let len = slice.len() as u64;
         for &(member, start) in places {
             let ring_bytes = self.journal.ring_size(member);
             self.journal
@@ -920,7 +988,6 @@ impl Engine {
                 .push(ring_bytes, sequence, start, len);
             self.counters.journal_bytes += len;
             let offset_bytes = self.journal.offset_bytes + start;
-            let slice = self.pool.full(buffer);
             self.issue(
                 member,
                 MemberOp::Write {
@@ -1006,7 +1073,7 @@ impl Engine {
         {
             // Every copy failed (the journal device died under it): write the batch again
             // where the journal now lives, so no in-place write goes out unjournaled.
-            let len = self.pool.len(buffer) as u64;
+            let len = buffer.slice(&self.pool).len() as u64;
             if let Some(places) = self.place_batch(len, 0, None) {
                 let batch = self.journal.batches.get_mut(&sequence).expect("batch");
                 batch.pending_io = u32::try_from(places.len()).expect("copies fit u32");
@@ -1028,8 +1095,12 @@ impl Engine {
             .get_mut(&sequence)
             .expect("batch in flight");
         batch.stage = BatchStage::Durable;
-        if let Some(buffer) = batch.buffer.take() {
-            self.pool.free(buffer);
+        match batch.buffer.take() {
+            Some(BatchBuffer::Pool(buffer)) => self.pool.free(buffer),
+            Some(BatchBuffer::Reserve(slice)) => {
+                self.metadata_buffers.give_journal_batch(slice.buffer)
+            }
+            None => {}
         }
         let carried = batch.carried_retired_below;
         let ops = batch.ops.clone(); // inline for batches of up to 8 entries: no allocation

@@ -8,7 +8,7 @@ use super::slab::Slab;
 use super::{
     Engine, EngineConfig, GroupEvent, GroupState, MemberOp, Owner, Phase, ZERO_BUFFER_BYTES,
 };
-use crate::geometry::{GeometryError, Level};
+use crate::geometry::{Geometry, GeometryError, Level};
 use crate::layout::{MemberLayout, member_layout, min_journal_bytes};
 use crate::superblock::{
     JournalMode, MAX_CONFIG_BYTES, MAX_NAME_BYTES, MemberRecord, MemberRecordState,
@@ -388,7 +388,11 @@ impl Engine {
         let zero_buffer = pool
             .alloc_zeroed(ZERO_BUFFER_BYTES)
             .expect("zero buffer fits the new pool");
-        let metadata_buffers = super::reserve::MetadataBuffers::new(&mut pool, members.len());
+        let metadata_buffers = super::reserve::MetadataBuffers::new(
+            &mut pool,
+            members.len(),
+            largest_entry_batch_bytes(&geometry),
+        );
         let mut engine = Engine {
             parity,
             geometry,
@@ -773,4 +777,20 @@ impl Engine {
             Some(Shutdown::MarkingClean { .. }) | Some(Shutdown::Done) => false,
         }
     }
+}
+
+/// The largest journal batch one stripe update needs (0 without parity, where nothing is
+/// journaled): its writes are its fragments, whole sectors of the stripe's data that do not
+/// overlap, and the parity columns, so its payload is at most the stripe's data and parity
+/// chunks, with a write descriptor for each sector of data.
+fn largest_entry_batch_bytes(geometry: &Geometry) -> usize {
+    if geometry.parity_chunks() == 0 {
+        return 0;
+    }
+    let chunk = geometry.chunk_bytes();
+    let data = chunk * geometry.data_chunks() as u64;
+    let writes = (data / crate::geometry::SECTOR_BYTES) as usize + geometry.parity_chunks();
+    let payload = data + chunk * geometry.parity_chunks() as u64;
+    usize::try_from(crate::journal::single_entry_batch_bytes(writes, payload))
+        .expect("a batch fits memory")
 }

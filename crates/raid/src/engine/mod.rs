@@ -184,6 +184,8 @@ pub struct Counters {
     /// Batches made durable on their stripes' parity members alone (one copy on RAID5, P and
     /// Q on RAID6).
     pub journal_home_batches: u64,
+    /// Batches written from the reserved batch buffer because the pool had no room.
+    pub journal_reserve_batches: u64,
     pub journal_entries: u64,
     /// Bytes written to journal areas, every copy counted.
     pub journal_bytes: u64,
