@@ -20,8 +20,8 @@ const MIN_MATCH: usize = 4;
 const LAST_LITERALS: usize = 5;
 /// No match starts within this many bytes of the end.
 const MATCH_START_LIMIT: usize = 12;
-/// After this many misses in a row, the search steps over more bytes at a time, so that
-/// incompressible data costs little.
+/// The search steps one byte further after every `1 << SKIP_TRIGGER` misses in a row, so
+/// that incompressible data costs little.
 const SKIP_TRIGGER: u32 = 5;
 
 /// Compresses blocks of up to 64 KiB into the LZ4 block format.
