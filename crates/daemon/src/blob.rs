@@ -38,13 +38,20 @@ fn default_low_space_percent() -> u8 {
 }
 
 impl VdRecord {
+    /// The part of a group range that falls in this drive's extent, as (offset within the
+    /// extent, length); None outside it.
+    fn overlap(&self, offset_bytes: u64, len_bytes: u64) -> Option<(u64, u64)> {
+        let start = offset_bytes.max(self.offset_bytes);
+        let stop = (offset_bytes + len_bytes).min(self.offset_bytes + self.size_bytes);
+        (start < stop).then(|| (start - self.offset_bytes, stop - start))
+    }
+
     /// The part of a lost group range that falls in this thick drive, as (offset within the
     /// drive, length). None for a thin drive (its extent holds a log, not host offsets) or a
     /// range outside the drive.
     pub fn lost_range(&self, offset_bytes: u64, len_bytes: u64) -> Option<(u64, u64)> {
-        let start = offset_bytes.max(self.offset_bytes);
-        let stop = (offset_bytes + len_bytes).min(self.offset_bytes + self.size_bytes);
-        (self.thin.is_none() && start < stop).then(|| (start - self.offset_bytes, stop - start))
+        self.overlap(offset_bytes, len_bytes)
+            .filter(|_| self.thin.is_none())
     }
 
     /// The size hosts see.
@@ -71,13 +78,14 @@ impl GroupConfig {
     /// byte range, or the log of a thin drive (whose blocks there fail their reads). Empty
     /// outside every drive.
     pub fn where_lost(&self, offset_bytes: u64, len_bytes: u64) -> Vec<String> {
-        let end = offset_bytes + len_bytes;
         self.virtual_drives
             .iter()
-            .filter(|vd| vd.offset_bytes < end && offset_bytes < vd.offset_bytes + vd.size_bytes)
-            .map(|vd| match vd.lost_range(offset_bytes, len_bytes) {
-                None => format!("the log of thin virtual drive {}", vd.name),
-                Some((start, len)) => format!("virtual drive {} at {start}+{len}", vd.name),
+            .filter_map(|vd| {
+                let (start, len) = vd.overlap(offset_bytes, len_bytes)?;
+                Some(match vd.thin {
+                    Some(_) => format!("the log of thin virtual drive {}", vd.name),
+                    None => format!("virtual drive {} at {start}+{len}", vd.name),
+                })
             })
             .collect()
     }

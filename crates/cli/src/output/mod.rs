@@ -37,8 +37,9 @@ pub(crate) fn or_dash<T: ToString>(value: Option<T>) -> String {
 /// How many bad ranges the description lists before it summarises the rest.
 const BAD_RANGES_LISTED: usize = 4;
 
-/// Lost data (a group's bad ranges, or a drive's share of them): every range when there are few, else a count, the bytes lost and the
-/// first few (losses are recorded a sector at a time, so the table can hold a hundred).
+/// Lost data (a group's bad ranges, or a drive's share of them): every range when there are
+/// few, else a count, the bytes lost and the first few (losses are recorded a sector at a
+/// time, so the table can hold a hundred).
 pub(super) fn lost_ranges(ranges: &[tessera_api::BadRange]) -> String {
     if ranges.is_empty() {
         return "none".to_string();
