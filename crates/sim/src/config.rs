@@ -57,6 +57,9 @@ pub struct Config {
     /// The host talks to a thin virtual drive over the whole group instead of to the group
     /// (off unless `TESSERA_SIM_THIN=on`, so that every seed keeps the run it always had).
     pub thin: bool,
+    /// Member commands due at the same moment complete together (`Engine::complete_all`),
+    /// as the daemon hands over what it reaped from its ring.
+    pub batch_completions: bool,
 }
 
 impl Config {
@@ -120,6 +123,8 @@ impl Config {
             // Drawn last, so that every other field of a seed stays what it was before.
             offload_parity: rng.chance(500_000),
             thin: false,
+            // Drawn after the parity offload, for the same reason.
+            batch_completions: rng.chance(500_000),
         }
         .with_overrides()
     }

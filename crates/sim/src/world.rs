@@ -13,8 +13,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use tessera_parity::Kernel;
 use tessera_raid::engine::{
-    Command, ComputeCommand, ComputeJob, CreateSpec, DeviceProbe, Engine, EngineConfig, GroupEvent,
-    GroupState, HostError, HostOp, HostRequest, MemberCommand, MemberOp, Reply,
+    Command, CommandId, ComputeCommand, ComputeJob, CreateSpec, DeviceProbe, Engine, EngineConfig,
+    GroupEvent, GroupState, HostError, HostOp, HostRequest, MemberCommand, MemberError, MemberOp,
+    Reply,
 };
 use tessera_raid::geometry::{Column, Geometry};
 use tessera_raid::plan::Recovery;
@@ -47,6 +48,8 @@ pub struct Stats {
     pub journal_home_batches: u64,
     /// Journal batches written from the reserved batch buffer (the pool had no room).
     pub journal_reserve_batches: u64,
+    /// Member completions handed to the engine two or more at a time.
+    pub batched_completions: u64,
 }
 
 struct Device {
@@ -589,7 +592,17 @@ impl World {
                     command,
                     device,
                     flush_point,
-                } => self.execute(command, device, flush_point),
+                } => {
+                    let result = self.execute(command, device, flush_point);
+                    let mut completions = vec![(command.id, result)];
+                    if self.config.batch_completions {
+                        self.execute_due_members(&mut completions);
+                    }
+                    if completions.len() > 1 {
+                        self.stats.batched_completions += completions.len() as u64;
+                    }
+                    self.engine().complete_all(completions);
+                }
                 Scheduled::Compute {
                     command,
                     inputs_digest,
@@ -597,6 +610,31 @@ impl World {
             }
         }
         self.drain()
+    }
+
+    /// Carries out the member commands due now that come next in the queue (up to the first
+    /// parity job), adding their completions to `completions`: a driver reaping its ring hands
+    /// the engine every completion it found at once.
+    fn execute_due_members(&mut self, completions: &mut Vec<(CommandId, Result<(), MemberError>)>) {
+        while let Some(Reverse((time, sequence))) = self.queue.peek().copied()
+            && time <= self.now_us
+            && matches!(
+                self.scheduled.get(&sequence),
+                Some(Scheduled::Member { .. })
+            )
+        {
+            self.queue.pop();
+            let Some(Scheduled::Member {
+                command,
+                device,
+                flush_point,
+            }) = self.scheduled.remove(&sequence)
+            else {
+                unreachable!("checked above")
+            };
+            let result = self.execute(command, device, flush_point);
+            completions.push((command.id, result));
+        }
     }
 
     fn drain(&mut self) -> Result<(), String> {
@@ -789,7 +827,13 @@ impl World {
         );
     }
 
-    fn execute(&mut self, command: MemberCommand, device: usize, flush_point: u64) {
+    /// Carries out a member command on its device; the engine hears of it from the caller.
+    fn execute(
+        &mut self,
+        command: MemberCommand,
+        device: usize,
+        flush_point: u64,
+    ) -> Result<(), MemberError> {
         let engine = self.engine.as_mut().expect("engine running");
         let member = &mut self.devices[device].member;
         if let Ok(spec) = std::env::var("TESSERA_SIM_WATCH_MEMBER") {
@@ -825,7 +869,7 @@ impl World {
                 );
             }
         }
-        let result = match command.op {
+        match command.op {
             MemberOp::Read {
                 offset_bytes,
                 buffer,
@@ -846,8 +890,7 @@ impl World {
                 result
             }
             MemberOp::Flush => member.flush(flush_point),
-        };
-        engine.complete(command.id, result);
+        }
     }
 
     fn event(&mut self, event: GroupEvent) {

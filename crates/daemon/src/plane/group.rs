@@ -210,12 +210,19 @@ impl DataPlane {
             // Completing cannot add to `immediate` (only carrying out commands does), so the
             // list goes back afterwards with its capacity.
             let mut immediate = std::mem::take(&mut self.immediate);
-            for (group, command, result) in immediate.drain(..) {
-                if let Some(group) = self.groups.get_mut(&group) {
-                    group.engine.complete(command, result);
+            let mut rest = &immediate[..];
+            while let Some(&(group_id, _, _)) = rest.first() {
+                let run = rest.iter().take_while(|(id, _, _)| *id == group_id).count();
+                if let Some(group) = self.groups.get_mut(&group_id) {
+                    let completions = rest[..run]
+                        .iter()
+                        .map(|&(_, command, result)| (command, result));
+                    group.engine.complete_all(completions);
                 }
+                rest = &rest[run..];
                 progressed = true;
             }
+            immediate.clear();
             self.immediate = immediate;
             let mut ids = std::mem::take(&mut self.group_ids);
             ids.clear();
@@ -352,11 +359,12 @@ impl DataPlane {
         }
     }
 
-    /// A member operation finished: reads and writes must move every byte.
+    /// A member operation finished: reads and writes must move every byte. Its engine hears
+    /// of it in the next `process_engines`, with the others reaped alongside.
     pub(super) fn member_done(&mut self, group_id: u32, command: CommandId, result: i32) {
-        let Some(group) = self.groups.get_mut(&group_id) else {
+        if !self.groups.contains_key(&group_id) {
             return;
-        };
+        }
         let outcome = if result >= 0 {
             Ok(())
         } else if tessera_io::errno_means_gone(-result) {
@@ -366,7 +374,7 @@ impl DataPlane {
         };
         // Short transfers cannot happen inside a member's size; the engine sees them as errors
         // only through a negative result.
-        group.engine.complete(command, outcome);
+        self.immediate.push((group_id, command, outcome));
     }
 
     pub(super) fn remote_wake(&mut self, drive_id: u32) {

@@ -121,6 +121,9 @@ pub struct DataPlane {
     pub(crate) state: StateDir,
     pub(crate) started: Instant,
     stopping: bool,
+    /// Member completions not yet handed to their engines: those of in-memory members, done
+    /// at once, and those the driver reaped. `process_engines` gives each group its run of
+    /// them in one call, so that an engine moves on once per batch, not once per completion.
     immediate: Vec<(
         u32,
         CommandId,

@@ -497,6 +497,26 @@ impl Engine {
 
     /// Reports the completion of a member command.
     pub fn complete(&mut self, id: CommandId, result: Result<(), MemberError>) {
+        self.record_completion(id, result);
+        self.pump();
+    }
+
+    /// Reports several member completions that arrived together (a driver reaps them in
+    /// batches): each is recorded as `complete` would, then the engine moves on once. The
+    /// work they unblock runs in one pass instead of one per completion, which is most of the
+    /// engine's cost per member command; the outcome is that of the same completions arriving
+    /// in this order faster than the engine looks at them.
+    pub fn complete_all(
+        &mut self,
+        completions: impl IntoIterator<Item = (CommandId, Result<(), MemberError>)>,
+    ) {
+        for (id, result) in completions {
+            self.record_completion(id, result);
+        }
+        self.pump();
+    }
+
+    fn record_completion(&mut self, id: CommandId, result: Result<(), MemberError>) {
         let entry = self
             .in_flight
             .remove(Key::from_u64(id.0))
@@ -538,7 +558,6 @@ impl Engine {
             } => self.journal_scan_done(member, offset_bytes, buffer, result),
             Owner::JournalReplay { io } => self.journal_replay_io_done(io, result),
         }
-        self.pump();
     }
 
     /// Takes a member out of service as if it had failed (administrative fail, tests).
