@@ -82,6 +82,8 @@ pub struct ClosedLoop {
     /// Member commands of the current round, kept between rounds so the loop allocates
     /// nothing of its own.
     commands: Vec<MemberCommand>,
+    /// Host requests of the current round, likewise.
+    requests: Vec<HostRequest>,
     /// Requests stay within this many bytes from the start of the group.
     working_bytes: u64,
 }
@@ -129,6 +131,7 @@ impl ClosedLoop {
             now_us: 0,
             member_copy: Duration::ZERO,
             commands: Vec::with_capacity(1024),
+            requests: Vec::with_capacity(QUEUE_DEPTH),
             working_bytes,
         };
         bench.settle();
@@ -205,7 +208,7 @@ impl ClosedLoop {
         }
     }
 
-    fn submit(&mut self, id: u64, op: Workload, sequence: u64) {
+    fn request(&mut self, id: u64, op: Workload, sequence: u64) -> HostRequest {
         let data_bytes = self.engine.data_bytes().min(self.working_bytes);
         let (len, offset) = match op {
             Workload::RandomRead | Workload::RandomWrite => {
@@ -234,7 +237,7 @@ impl ClosedLoop {
                 }
             }
         };
-        self.engine.submit(HostRequest { id, op });
+        HostRequest { id, op }
     }
 
     /// Runs a closed loop at `QUEUE_DEPTH` until `limit`.
@@ -253,11 +256,14 @@ impl ClosedLoop {
             Limit::Time(duration) => start.elapsed() < duration,
             Limit::Requests(count) => done < count,
         } {
+            let mut requests = std::mem::take(&mut self.requests);
             while in_flight < QUEUE_DEPTH {
-                self.submit(next_id, workload, next_id);
+                requests.push(self.request(next_id, workload, next_id));
                 next_id += 1;
                 in_flight += 1;
             }
+            self.engine.submit_all(requests.drain(..));
+            self.requests = requests;
             let replies = self.drain();
             in_flight -= replies;
             done += replies as u64;

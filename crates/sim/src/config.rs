@@ -58,8 +58,9 @@ pub struct Config {
     /// (off unless `TESSERA_SIM_THIN=on`, so that every seed keeps the run it always had).
     pub thin: bool,
     /// Member commands due at the same moment complete together (`Engine::complete_all`),
-    /// as the daemon hands over what it reaped from its ring.
-    pub batch_completions: bool,
+    /// as the daemon hands over what it reaped from its ring, and the host requests of one
+    /// refill of the queue are submitted together (`Engine::submit_all`).
+    pub batch_events: bool,
 }
 
 impl Config {
@@ -124,7 +125,7 @@ impl Config {
             offload_parity: rng.chance(500_000),
             thin: false,
             // Drawn after the parity offload, for the same reason.
-            batch_completions: rng.chance(500_000),
+            batch_events: rng.chance(500_000),
         }
         .with_overrides()
     }

@@ -54,6 +54,7 @@ fn main() -> ExitCode {
     let mut home_batches = 0;
     let mut reserve_batches = 0;
     let mut batched = 0;
+    let mut batched_submissions = 0;
     for seed in from..from + count {
         let outcome = run_seed(seed);
         crashes += outcome.stats.crashes;
@@ -62,6 +63,7 @@ fn main() -> ExitCode {
         home_batches += outcome.stats.journal_home_batches;
         reserve_batches += outcome.stats.journal_reserve_batches;
         batched += outcome.stats.batched_completions;
+        batched_submissions += outcome.stats.batched_submissions;
         faults += outcome.stats.member_losses
             + outcome.stats.write_failures
             + outcome.stats.latent_errors
@@ -75,7 +77,7 @@ fn main() -> ExitCode {
         }
     }
     println!(
-        "{} seeds from {from}: {} passed, {} failed ({crashes} crashes, {crash_losses} of them losing members, {faults} member faults injected, {computes} parity computations offloaded, {home_batches} journal batches on their parity members alone, {reserve_batches} from the reserved batch buffer, {batched} member completions handed over in batches)",
+        "{} seeds from {from}: {} passed, {} failed ({crashes} crashes, {crash_losses} of them losing members, {faults} member faults injected, {computes} parity computations offloaded, {home_batches} journal batches on their parity members alone, {reserve_batches} from the reserved batch buffer, {batched} member completions and {batched_submissions} host requests handed over in batches)",
         count,
         count - failures.len() as u64,
         failures.len()

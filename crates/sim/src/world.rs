@@ -50,6 +50,8 @@ pub struct Stats {
     pub journal_reserve_batches: u64,
     /// Member completions handed to the engine two or more at a time.
     pub batched_completions: u64,
+    /// Host requests submitted to the engine two or more at a time.
+    pub batched_submissions: u64,
 }
 
 struct Device {
@@ -138,6 +140,8 @@ pub struct World {
     sequence: u64,
     model: Model,
     in_flight: BTreeMap<u64, HostInFlight>,
+    /// While the queue is refilled with `batch_events`: the group requests to submit together.
+    held_requests: Option<Vec<HostRequest>>,
     next_request_id: u64,
     next_write_id: u64,
     submitted: u64,
@@ -189,6 +193,7 @@ impl World {
             scheduled: BTreeMap::new(),
             sequence: 0,
             in_flight: BTreeMap::new(),
+            held_requests: None,
             next_request_id: 1,
             next_write_id: 1,
             submitted: 0,
@@ -312,12 +317,23 @@ impl World {
     // ----- workload -----
 
     fn fill_queue(&mut self) {
+        if self.config.batch_events {
+            self.held_requests = Some(Vec::new());
+        }
         while self.in_flight.len() < self.config.queue_depth
             && self.submitted < self.config.host_ops
         {
             if !self.submit_one() {
                 break;
             }
+        }
+        if let Some(requests) = self.held_requests.take()
+            && !requests.is_empty()
+        {
+            if requests.len() > 1 {
+                self.stats.batched_submissions += requests.len() as u64;
+            }
+            self.engine().submit_all(requests);
         }
     }
 
@@ -505,7 +521,10 @@ impl World {
 
     fn send_request(&mut self, id: u64, request: Request) {
         match request {
-            Request::Group(op) => self.engine().submit(HostRequest { id, op }),
+            Request::Group(op) => match &mut self.held_requests {
+                Some(held) => held.push(HostRequest { id, op }),
+                None => self.engine().submit(HostRequest { id, op }),
+            },
             Request::Thin(op) => match self.thin.as_mut().and_then(|t| t.store.as_mut()) {
                 Some(store) => store.submit(id, op),
                 // The store could not start (beyond tolerance only): nothing is served.
@@ -595,7 +614,7 @@ impl World {
                 } => {
                     let result = self.execute(command, device, flush_point);
                     let mut completions = vec![(command.id, result)];
-                    if self.config.batch_completions {
+                    if self.config.batch_events {
                         self.execute_due_members(&mut completions);
                     }
                     if completions.len() > 1 {

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::os::fd::RawFd;
 use tessera_io::{Completion, Driver, Operation, SyncMember};
 use tessera_raid::engine::{
-    Command, CommandId, DeviceProbe, Engine, EngineConfig, MemberCommand, MemberError, MemberOp,
+    Command, CommandId, DeviceProbe, Engine, EngineConfig, HostError, MemberCommand, MemberError,
+    MemberOp, Reply,
 };
 use tessera_raid::superblock::{Superblock, Uuid};
 
@@ -224,6 +225,36 @@ impl DataPlane {
             }
             immediate.clear();
             self.immediate = immediate;
+            let mut submissions = std::mem::take(&mut self.submissions);
+            let mut rest = &submissions[..];
+            while let Some(&(group_id, _)) = rest.first() {
+                let run = rest.iter().take_while(|(id, _)| *id == group_id).count();
+                let requests = rest[..run].iter().map(|&(_, request)| request);
+                match self.groups.get_mut(&group_id) {
+                    Some(group) => group.engine.submit_all(requests),
+                    // Deleted since the requests came in: they are answered as by an engine
+                    // shutting down.
+                    None => {
+                        for request in requests {
+                            let result = Err(HostError::ShuttingDown);
+                            self.host_reply(
+                                group_id,
+                                Reply {
+                                    id: request.id,
+                                    result,
+                                },
+                            );
+                        }
+                    }
+                }
+                rest = &rest[run..];
+                progressed = true;
+            }
+            // Answering requests of a deleted group can let a connection read on and queue
+            // more: those stay queued.
+            submissions.clear();
+            submissions.append(&mut self.submissions);
+            self.submissions = submissions;
             let mut ids = std::mem::take(&mut self.group_ids);
             ids.clear();
             ids.extend(self.groups.keys().copied());
@@ -247,7 +278,8 @@ impl DataPlane {
             progressed |= self.pump_ublk();
             self.send_compute();
             self.flush_connections();
-            if !progressed {
+            // A connection that was held back reads on when its sends start, queueing requests.
+            if !progressed && self.submissions.is_empty() {
                 break;
             }
         }

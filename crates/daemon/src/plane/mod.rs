@@ -129,6 +129,10 @@ pub struct DataPlane {
         CommandId,
         Result<(), tessera_raid::engine::MemberError>,
     )>,
+    /// Host requests for thick drives not yet handed to their engines, as `immediate` is
+    /// for completions: the requests one read of a socket or one ublk fetch brings go to an
+    /// engine in one call.
+    submissions: Vec<(u32, tessera_raid::engine::HostRequest)>,
     completions: Vec<Completion>,
     /// Reply header buffers whose sends finished, kept for the next replies so that
     /// answering a request allocates nothing once the plane is warm.
@@ -359,6 +363,7 @@ impl DataPlane {
             started: Instant::now(),
             stopping: false,
             immediate: Vec::new(),
+            submissions: Vec::new(),
             spare_bytes: tessera_buffer::SpareVecs::new(
                 nbd::SPARE_BYTES_MAX,
                 nbd::SPARE_BYTES_MAX_CAPACITY,
@@ -501,7 +506,7 @@ impl DataPlane {
 
     /// How long the loop may sleep: until the earliest engine timer, at most a second.
     fn next_timeout(&self) -> Option<Duration> {
-        if !self.immediate.is_empty() {
+        if !self.immediate.is_empty() || !self.submissions.is_empty() {
             return Some(Duration::ZERO);
         }
         let now = self.now_us();

@@ -631,9 +631,9 @@ impl DataPlane {
             request,
             submitted: Instant::now(),
         }));
-        match self.groups.get_mut(&group) {
-            Some(group) => group.engine.submit(EngineRequest { id, op }),
-            None => {
+        match self.groups.contains_key(&group) {
+            true => self.submissions.push((group, EngineRequest { id, op })),
+            false => {
                 self.requests.remove(id);
                 let connection = self.connections.get_mut(key).expect("live connection");
                 connection.in_flight -= 1;

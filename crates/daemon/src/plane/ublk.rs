@@ -720,8 +720,7 @@ impl DataPlane {
             request,
             submitted: Instant::now(),
         }));
-        let group = self.groups.get_mut(&group_id).expect("looked up above");
-        group.engine.submit(EngineRequest { id, op });
+        self.submissions.push((group_id, EngineRequest { id, op }));
         None
     }
 

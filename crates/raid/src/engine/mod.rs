@@ -485,6 +485,19 @@ impl Engine {
 
     /// Accepts a host request. Its reply arrives through `poll`.
     pub fn submit(&mut self, request: HostRequest) {
+        self.accept(request);
+        self.pump();
+    }
+
+    /// Accepts several host requests that arrived together, in order, then moves on once.
+    pub fn submit_all(&mut self, requests: impl IntoIterator<Item = HostRequest>) {
+        for request in requests {
+            self.accept(request);
+        }
+        self.pump();
+    }
+
+    fn accept(&mut self, request: HostRequest) {
         if self.phase == Phase::Stopping {
             self.reject(request, HostError::ShuttingDown);
         } else if self.phase == Phase::Starting || !self.deferred.is_empty() {
@@ -492,7 +505,6 @@ impl Engine {
         } else {
             self.admit(request);
         }
-        self.pump();
     }
 
     /// Reports the completion of a member command.
