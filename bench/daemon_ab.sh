@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Compares daemon builds on one small RAID5 workload: for each build in turn (alternating,
+# ROUNDS times), a daemon over five 512 MiB tmpfs member files, RAID5 4+1 with 64 KiB chunks,
+# a 1 GiB virtual drive filled once, then fio over NBD for 5 s. Prints IOPS and the daemon's
+# CPU time per I/O (utime + stime from /proc/PID/stat), the figure that says what a change
+# to the data path costs or saves on a machine whose speed drifts.
+#
+#   bench/daemon_ab.sh [-r ROUNDS] [-w RW] [-b BS] [-q QD] BINARY...
+#   bench/daemon_ab.sh -w randwrite /tmp/tessera-old target/release/tessera
+#
+# Needs fio with its nbd engine (./scripts/setup.sh installs it). Uses /dev/shm/daemon-ab.
+set -euo pipefail
+rounds=3 rw=randwrite bs=4k qd=32
+while getopts "r:w:b:q:" opt; do
+    case $opt in
+        r) rounds=$OPTARG ;;
+        w) rw=$OPTARG ;;
+        b) bs=$OPTARG ;;
+        q) qd=$OPTARG ;;
+        *) sed -n '2,10p' "$0"; exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+[ $# -ge 1 ] || { sed -n '2,10p' "$0"; exit 2; }
+work=/dev/shm/daemon-ab
+ticks=$(getconf CLK_TCK)
+
+run_one() {
+    local bin=$1 pid t0 t1
+    rm -rf "$work" && mkdir -p "$work"
+    "$bin" serve --state-dir "$work/state" --api-socket "$work/api.sock" \
+        --nbd-socket "$work/nbd.sock" --parity-engine cpu --busy-poll-us 0 >"$work/log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do [ -S "$work/api.sock" ] && break; sleep 0.1; done
+    local cli=("$bin" --api-socket "$work/api.sock")
+    truncate -s 512M "$work"/m{0..4}.img
+    "${cli[@]}" pd add "$work"/m{0..4}.img >/dev/null
+    "${cli[@]}" dg create --level 5 --chunk 64K 0 1 2 3 4 >/dev/null
+    "${cli[@]}" vd create 0 --size 1G --name ab >/dev/null
+    local uri="nbd+unix:///ab?socket=$work/nbd.sock"
+    fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=1M --iodepth=8 --size=1G \
+        >/dev/null 2>&1
+    sleep 1
+    t0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    fio --name=ab --ioengine=nbd --uri="$uri" --rw="$rw" --bs="$bs" --iodepth="$qd" \
+        --size=1G --time_based --runtime=5 --norandommap --output-format=json \
+        >"$work/fio.json" 2>"$work/fio.err" || { cat "$work/fio.err" "$work/log" >&2; exit 1; }
+    t1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    python3 - "$work/fio.json" "$t0" "$t1" "$ticks" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+job = json.loads(text[text.index("{"):])["jobs"][0]
+ios = job["read"]["total_ios"] + job["write"]["total_ios"]
+iops = job["read"]["iops"] + job["write"]["iops"]
+cpu_s = (int(sys.argv[3]) - int(sys.argv[2])) / int(sys.argv[4])
+print(f"{iops:9.0f} IOPS {cpu_s * 1e6 / ios:6.2f} us of daemon CPU per I/O")
+PY
+    rm -rf "$work"
+}
+
+echo "$rw $bs QD$qd, $rounds rounds, $(date -u +%FT%TZ)"
+for round in $(seq "$rounds"); do
+    for bin in "$@"; do
+        printf 'round %d %-40s ' "$round" "$bin"
+        run_one "$bin"
+    done
+done
