@@ -631,14 +631,13 @@ impl DataPlane {
             request,
             submitted: Instant::now(),
         }));
-        match self.groups.contains_key(&group) {
-            true => self.submissions.push((group, EngineRequest { id, op })),
-            false => {
-                self.requests.remove(id);
-                let connection = self.connections.get_mut(key).expect("live connection");
-                connection.in_flight -= 1;
-                self.close_connection(key, "virtual drive gone");
-            }
+        if self.groups.contains_key(&group) {
+            self.submissions.push((group, EngineRequest { id, op }));
+        } else {
+            self.requests.remove(id);
+            let connection = self.connections.get_mut(key).expect("live connection");
+            connection.in_flight -= 1;
+            self.close_connection(key, "virtual drive gone");
         }
     }
 
