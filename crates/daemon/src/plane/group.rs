@@ -203,58 +203,71 @@ impl DataPlane {
             .expect("a free id")
     }
 
+    /// Gives each group its run of the queued member completions in one call. True if there
+    /// were any.
+    fn hand_over_completions(&mut self) -> bool {
+        // Completing cannot add to `immediate` (only carrying out commands does), so the
+        // list goes back afterwards with its capacity.
+        let mut immediate = std::mem::take(&mut self.immediate);
+        let mut rest = &immediate[..];
+        while let Some(&(group_id, _, _)) = rest.first() {
+            let run = rest.iter().take_while(|(id, _, _)| *id == group_id).count();
+            if let Some(group) = self.groups.get_mut(&group_id) {
+                let completions = rest[..run]
+                    .iter()
+                    .map(|&(_, command, result)| (command, result));
+                group.engine.complete_all(completions);
+            }
+            rest = &rest[run..];
+        }
+        let any = !immediate.is_empty();
+        immediate.clear();
+        self.immediate = immediate;
+        any
+    }
+
+    /// Gives each group its run of the queued host requests in one call. True if there were
+    /// any.
+    pub(super) fn hand_over_submissions(&mut self) -> bool {
+        let mut submissions = std::mem::take(&mut self.submissions);
+        let mut rest = &submissions[..];
+        while let Some(&(group_id, _)) = rest.first() {
+            let run = rest.iter().take_while(|(id, _)| *id == group_id).count();
+            let requests = rest[..run].iter().map(|&(_, request)| request);
+            match self.groups.get_mut(&group_id) {
+                Some(group) => group.engine.submit_all(requests),
+                // Deleted since the requests came in: they are answered as by an engine
+                // shutting down.
+                None => {
+                    for request in requests {
+                        let result = Err(HostError::ShuttingDown);
+                        self.host_reply(
+                            group_id,
+                            Reply {
+                                id: request.id,
+                                result,
+                            },
+                        );
+                    }
+                }
+            }
+            rest = &rest[run..];
+        }
+        let any = !submissions.is_empty();
+        // Answering requests of a deleted group can let a connection read on and queue
+        // more: those stay queued.
+        submissions.clear();
+        submissions.append(&mut self.submissions);
+        self.submissions = submissions;
+        any
+    }
+
     /// Drains every engine's output, carrying out member commands and delivering replies,
     /// until nothing is left (in-memory completions feed straight back in).
     pub(super) fn process_engines(&mut self) {
         loop {
-            let mut progressed = false;
-            // Completing cannot add to `immediate` (only carrying out commands does), so the
-            // list goes back afterwards with its capacity.
-            let mut immediate = std::mem::take(&mut self.immediate);
-            let mut rest = &immediate[..];
-            while let Some(&(group_id, _, _)) = rest.first() {
-                let run = rest.iter().take_while(|(id, _, _)| *id == group_id).count();
-                if let Some(group) = self.groups.get_mut(&group_id) {
-                    let completions = rest[..run]
-                        .iter()
-                        .map(|&(_, command, result)| (command, result));
-                    group.engine.complete_all(completions);
-                }
-                rest = &rest[run..];
-                progressed = true;
-            }
-            immediate.clear();
-            self.immediate = immediate;
-            let mut submissions = std::mem::take(&mut self.submissions);
-            let mut rest = &submissions[..];
-            while let Some(&(group_id, _)) = rest.first() {
-                let run = rest.iter().take_while(|(id, _)| *id == group_id).count();
-                let requests = rest[..run].iter().map(|&(_, request)| request);
-                match self.groups.get_mut(&group_id) {
-                    Some(group) => group.engine.submit_all(requests),
-                    // Deleted since the requests came in: they are answered as by an engine
-                    // shutting down.
-                    None => {
-                        for request in requests {
-                            let result = Err(HostError::ShuttingDown);
-                            self.host_reply(
-                                group_id,
-                                Reply {
-                                    id: request.id,
-                                    result,
-                                },
-                            );
-                        }
-                    }
-                }
-                rest = &rest[run..];
-                progressed = true;
-            }
-            // Answering requests of a deleted group can let a connection read on and queue
-            // more: those stay queued.
-            submissions.clear();
-            submissions.append(&mut self.submissions);
-            self.submissions = submissions;
+            let mut progressed = self.hand_over_completions();
+            progressed |= self.hand_over_submissions();
             let mut ids = std::mem::take(&mut self.group_ids);
             ids.clear();
             ids.extend(self.groups.keys().copied());

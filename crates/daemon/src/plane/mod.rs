@@ -453,6 +453,9 @@ impl DataPlane {
             self.tick_thin(now);
             // Engines serve ublk devices until they are gone (their removal flushes).
             if self.stopping && self.ublk_idle() {
+                // Requests that came in before the stop are served, as they would have been
+                // had they reached their engines one at a time.
+                self.hand_over_submissions();
                 self.stop_groups_without_thin();
             }
             // The loop wakes at least once a second, so deadlines are kept to about a second.
