@@ -209,16 +209,11 @@ impl DataPlane {
         // Completing cannot add to `immediate` (only carrying out commands does), so the
         // list goes back afterwards with its capacity.
         let mut immediate = std::mem::take(&mut self.immediate);
-        let mut rest = &immediate[..];
-        while let Some(&(group_id, _, _)) = rest.first() {
-            let run = rest.iter().take_while(|(id, _, _)| *id == group_id).count();
+        for (group_id, run) in group_runs(&immediate, |&(id, _, _)| id) {
             if let Some(group) = self.groups.get_mut(&group_id) {
-                let completions = rest[..run]
-                    .iter()
-                    .map(|&(_, command, result)| (command, result));
+                let completions = run.iter().map(|&(_, command, result)| (command, result));
                 group.engine.complete_all(completions);
             }
-            rest = &rest[run..];
         }
         let any = !immediate.is_empty();
         immediate.clear();
@@ -230,10 +225,8 @@ impl DataPlane {
     /// any.
     pub(super) fn hand_over_submissions(&mut self) -> bool {
         let mut submissions = std::mem::take(&mut self.submissions);
-        let mut rest = &submissions[..];
-        while let Some(&(group_id, _)) = rest.first() {
-            let run = rest.iter().take_while(|(id, _)| *id == group_id).count();
-            let requests = rest[..run].iter().map(|&(_, request)| request);
+        for (group_id, run) in group_runs(&submissions, |&(id, _)| id) {
+            let requests = run.iter().map(|&(_, request)| request);
             match self.groups.get_mut(&group_id) {
                 Some(group) => group.engine.submit_all(requests),
                 // Deleted since the requests came in: they are answered as by an engine
@@ -251,7 +244,6 @@ impl DataPlane {
                     }
                 }
             }
-            rest = &rest[run..];
         }
         let any = !submissions.is_empty();
         // Answering requests of a deleted group can let a connection read on and queue
@@ -643,5 +635,43 @@ impl DataPlane {
                 }
             }
         }
+    }
+}
+
+/// The runs of consecutive `items` bound for one group, with that group's id, in order.
+fn group_runs<T>(items: &[T], group_of: impl Fn(&T) -> u32) -> impl Iterator<Item = (u32, &[T])> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        let group_id = group_of(rest.first()?);
+        let len = rest
+            .iter()
+            .take_while(|item| group_of(item) == group_id)
+            .count();
+        let (run, after) = rest.split_at(len);
+        rest = after;
+        Some((group_id, run))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group_runs;
+
+    #[test]
+    fn runs_split_where_the_group_changes_and_keep_order() {
+        let items = [(1, 'a'), (1, 'b'), (2, 'c'), (1, 'd'), (3, 'e'), (3, 'f')];
+        let runs: Vec<(u32, Vec<char>)> = group_runs(&items, |&(id, _)| id)
+            .map(|(id, run)| (id, run.iter().map(|&(_, c)| c).collect()))
+            .collect();
+        assert_eq!(
+            runs,
+            vec![
+                (1, vec!['a', 'b']),
+                (2, vec!['c']),
+                (1, vec!['d']),
+                (3, vec!['e', 'f'])
+            ]
+        );
+        assert_eq!(group_runs(&[] as &[(u32, char)], |&(id, _)| id).count(), 0);
     }
 }
