@@ -156,6 +156,11 @@ pub struct DataPlane {
     pub(crate) handshake_timeouts: u64,
     /// When handshakes were last checked for their deadline.
     last_handshake_sweep: Instant,
+    /// When the loop last woke: the one clock reading of a pass, which stamps the requests
+    /// that arrive and the answers that leave in it (a request's latency is counted from the
+    /// pass that read it to the pass that answered it), and drives the engines' timers.
+    /// Reading the clock per request or per step cost a few percent of the plane's CPU.
+    pub(crate) woke: Instant,
     /// Degraded groups whose engine had no buffers to take a hot spare; tried again each
     /// second until one is taken or none is needed.
     pub(crate) spare_retry: std::collections::BTreeSet<u32>,
@@ -378,6 +383,7 @@ impl DataPlane {
             refused_connections: 0,
             handshake_timeouts: 0,
             last_handshake_sweep: Instant::now(),
+            woke: Instant::now(),
             spare_retry: std::collections::BTreeSet::new(),
             tls,
             #[cfg(feature = "gpu")]
@@ -418,8 +424,9 @@ impl DataPlane {
         Ok(())
     }
 
-    fn now_us(&self) -> u64 {
-        self.started.elapsed().as_micros() as u64
+    /// Microseconds from the plane's start to `at`: the engines' clock.
+    fn us_since_start(&self, at: Instant) -> u64 {
+        at.duration_since(self.started).as_micros() as u64
     }
 
     /// Runs until a stop signal finishes an orderly shutdown.
@@ -438,7 +445,8 @@ impl DataPlane {
             if let Err(error) = self.driver.wait(&mut completions, timeout) {
                 log!("event loop wait failed: {error}");
             }
-            let now = self.now_us();
+            self.woke = Instant::now();
+            let now = self.us_since_start(self.woke);
             for group in self.groups.values_mut() {
                 group.engine.advance_clock(now);
             }
@@ -446,7 +454,6 @@ impl DataPlane {
                 self.dispatch(*completion);
             }
             self.completions = completions;
-            let now = self.now_us();
             for group in self.groups.values_mut() {
                 group.engine.tick(now);
             }
@@ -459,8 +466,8 @@ impl DataPlane {
                 self.stop_groups_without_thin();
             }
             // The loop wakes at least once a second, so deadlines are kept to about a second.
-            if self.last_handshake_sweep.elapsed() >= Duration::from_secs(1) {
-                self.last_handshake_sweep = Instant::now();
+            if self.woke.duration_since(self.last_handshake_sweep) >= Duration::from_secs(1) {
+                self.last_handshake_sweep = self.woke;
                 self.expire_handshakes();
                 for group in self.spare_retry.clone() {
                     self.take_spare(group);
@@ -512,13 +519,15 @@ impl DataPlane {
         if !self.immediate.is_empty() || !self.submissions.is_empty() {
             return Some(Duration::ZERO);
         }
-        let now = self.now_us();
         let earliest = self
             .groups
             .values()
             .filter_map(|group| group.engine.next_deadline_us())
             .chain(self.thin_deadline_us())
             .min();
+        // The pass's clock is older by however long the engines just ran, so a timer may fire
+        // that much late: short when the loop is idle, and a busy loop wakes for completions.
+        let now = self.us_since_start(self.woke);
         let wait_us = earliest.map_or(1_000_000, |deadline| {
             deadline.saturating_sub(now).min(1_000_000)
         });

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tessera_api::model::{Peer, admits};
 use tessera_buffer::BufferId;
 use tessera_io::{Driver, Operation, SEND_PARTS_MAX, SendParts};
@@ -629,7 +629,7 @@ impl DataPlane {
         let id = self.requests.insert(Requester::Host(HostRequest {
             connection: key,
             request,
-            submitted: Instant::now(),
+            submitted: self.woke,
         }));
         if self.groups.contains_key(&group) {
             self.submissions.push((group, EngineRequest { id, op }));
@@ -725,7 +725,7 @@ impl DataPlane {
         let id = self.requests.insert(Requester::Host(HostRequest {
             connection: key,
             request,
-            submitted: Instant::now(),
+            submitted: self.woke,
         }));
         let connection = self.connections.get_mut(key).expect("live connection");
         let Phase::Serving(serving) = &connection.phase else {
@@ -757,7 +757,7 @@ impl DataPlane {
             &mut self.vd_io,
             serving.negotiated.export_name(),
             &pending.request,
-            pending.submitted,
+            self.woke.saturating_duration_since(pending.submitted),
         );
         true
     }
@@ -1032,9 +1032,9 @@ fn count_vd_io(
     vd_io: &mut std::collections::BTreeMap<String, super::VdIo>,
     vd: &str,
     request: &Request,
-    submitted: Instant,
+    latency: Duration,
 ) {
-    let latency_us = submitted.elapsed().as_micros() as u64;
+    let latency_us = latency.as_micros() as u64;
     let bytes = u64::from(request.length_bytes);
     let counters = match vd_io.get_mut(vd) {
         Some(counters) => counters,
@@ -1391,7 +1391,7 @@ impl DataPlane {
 
     /// Disconnects clients whose handshake has run longer than `HANDSHAKE_TIMEOUT`.
     pub(super) fn expire_handshakes(&mut self) {
-        let now = Instant::now();
+        let now = self.woke;
         let late: Vec<u64> = self
             .connections
             .keys()

@@ -718,7 +718,7 @@ impl DataPlane {
         let id = self.requests.insert(Requester::Ublk(UblkRequest {
             vd: Arc::clone(vd),
             request,
-            submitted: Instant::now(),
+            submitted: self.woke,
         }));
         self.submissions.push((group_id, EngineRequest { id, op }));
         None
@@ -761,7 +761,7 @@ impl DataPlane {
         let id = self.requests.insert(Requester::Ublk(UblkRequest {
             vd: Arc::clone(vd),
             request,
-            submitted: Instant::now(),
+            submitted: self.woke,
         }));
         if !self.thin_submit(vd, id, op)
             && let Some(Requester::Ublk(pending)) = self.requests.remove(id)
@@ -833,7 +833,7 @@ impl DataPlane {
 
     /// Adds an answered read or write to its drive's counters (`/metrics`).
     fn count_ublk_io(&mut self, vd: &str, request: &BlockRequest, submitted: Instant) {
-        let latency_us = submitted.elapsed().as_micros() as u64;
+        let latency_us = self.woke.saturating_duration_since(submitted).as_micros() as u64;
         let bytes = u64::from(request.len_bytes);
         let counters = match self.vd_io.get_mut(vd) {
             Some(counters) => counters,
