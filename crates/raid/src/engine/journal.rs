@@ -817,54 +817,57 @@ impl Engine {
     }
 
     /// Seals the oldest open entries into a batch and starts writing it. False when it must
-    /// wait (ring space or memory).
+    /// wait (memory or ring space).
     fn seal_batch(&mut self) -> bool {
         let mut descriptors = std::mem::take(&mut self.journal.sealing_descriptors);
         let mut count = self.gather_batch(self.batch_cap_bytes(), &mut descriptors);
         let mut total = format::batch_bytes(&descriptors);
-        let mut home = self.batch_home(&descriptors);
-        let Some(mut places) = self.place_batch(total, 0, home.as_deref()) else {
+        // Memory first, so that the batch is placed once, at the size it is written: a
+        // placement in rotation moves the rotation on.
+        let buffer = match self.pool.alloc(total as usize) {
+            Some(buffer) => BatchBuffer::Pool(buffer),
+            None => {
+                // No block in the pool: the reserved batch, which holds one entry's batch at
+                // least, with fewer entries if need be (the estimate behind `gather_batch` can
+                // fall short of the aligned total, hence one entry as the last resort).
+                let reserve_bytes = self.metadata_buffers.journal_batch_bytes() as u64;
+                if total > reserve_bytes {
+                    count = self.gather_batch(reserve_bytes, &mut descriptors);
+                    total = format::batch_bytes(&descriptors);
+                    if total > reserve_bytes && count > 1 {
+                        count = self.gather_batch(0, &mut descriptors);
+                        total = format::batch_bytes(&descriptors);
+                    }
+                }
+                match self.metadata_buffers.take_journal_batch(total as usize) {
+                    Some(reserve) => BatchBuffer::Reserve(reserve),
+                    None => {
+                        // In use by the batch before (it comes back when that one is
+                        // durable), or an entry larger than any update makes.
+                        self.journal.sealing_descriptors = descriptors;
+                        return false;
+                    }
+                }
+            }
+        };
+        let home = self.batch_home(&descriptors);
+        let Some(places) = self.place_batch(total, 0, home.as_deref()) else {
+            self.release_batch_buffer(buffer);
             self.journal.space_wanted = true;
             self.journal.sealing_descriptors = descriptors;
             return false;
         };
-        if let Some(buffer) = self.pool.alloc(total as usize) {
-            return self.seal_gathered(count, descriptors, BatchBuffer::Pool(buffer), home, places);
+        if matches!(buffer, BatchBuffer::Reserve(_)) {
+            self.counters.journal_reserve_batches += 1;
         }
-        // No block in the pool: the reserved batch, which holds one entry's batch at least,
-        // with fewer entries if need be (the estimate behind `gather_batch` can fall short of
-        // the aligned total, hence one entry as the last resort).
-        let reserve_bytes = self.metadata_buffers.journal_batch_bytes() as u64;
-        if total > reserve_bytes {
-            count = self.gather_batch(reserve_bytes, &mut descriptors);
-            total = format::batch_bytes(&descriptors);
-            if total > reserve_bytes && count > 1 {
-                count = self.gather_batch(0, &mut descriptors);
-                total = format::batch_bytes(&descriptors);
-            }
-            home = self.batch_home(&descriptors);
-            match self.place_batch(total, 0, home.as_deref()) {
-                Some(fewer) => places = fewer,
-                None => {
-                    self.journal.sealing_descriptors = descriptors;
-                    return false;
-                }
-            }
+        self.seal_gathered(count, descriptors, buffer, home, places)
+    }
+
+    fn release_batch_buffer(&mut self, buffer: BatchBuffer) {
+        match buffer {
+            BatchBuffer::Pool(buffer) => self.pool.free(buffer),
+            BatchBuffer::Reserve(slice) => self.metadata_buffers.give_journal_batch(slice.buffer),
         }
-        let Some(reserve) = self.metadata_buffers.take_journal_batch(total as usize) else {
-            // In use by the batch before (it comes back when that one is durable), or an
-            // entry larger than any update makes.
-            self.journal.sealing_descriptors = descriptors;
-            return false;
-        };
-        self.counters.journal_reserve_batches += 1;
-        self.seal_gathered(
-            count,
-            descriptors,
-            BatchBuffer::Reserve(reserve),
-            home,
-            places,
-        )
     }
 
     /// The first open entries that fit a batch of `cap` bytes (one at least), into
@@ -1095,19 +1098,17 @@ impl Engine {
             .get_mut(&sequence)
             .expect("batch in flight");
         batch.stage = BatchStage::Durable;
-        match batch.buffer.take() {
-            Some(BatchBuffer::Pool(buffer)) => self.pool.free(buffer),
-            Some(BatchBuffer::Reserve(slice)) => {
-                self.metadata_buffers.give_journal_batch(slice.buffer)
-            }
-            None => {}
-        }
+        let buffer = batch.buffer.take();
         let carried = batch.carried_retired_below;
         let ops = batch.ops.clone(); // inline for batches of up to 8 entries: no allocation
         let empty = batch.ops_left == 0;
-        if batch.home {
+        let (home, copies_ok) = (batch.home, batch.copies_ok);
+        if let Some(buffer) = buffer {
+            self.release_batch_buffer(buffer);
+        }
+        if home {
             self.counters.journal_home_batches += 1;
-        } else if batch.copies_ok > 0 {
+        } else if copies_ok > 0 {
             self.advance_durable_floor(carried);
         }
         if empty {
