@@ -142,6 +142,10 @@ pub struct World {
     in_flight: BTreeMap<u64, HostInFlight>,
     /// While the queue is refilled with `batch_events`: the group requests to submit together.
     held_requests: Option<Vec<HostRequest>>,
+    /// Emptied vectors kept for the next refill and the next member completion, which would
+    /// otherwise allocate one each.
+    spare_requests: Vec<HostRequest>,
+    spare_completions: Vec<(CommandId, Result<(), MemberError>)>,
     next_request_id: u64,
     next_write_id: u64,
     submitted: u64,
@@ -194,6 +198,8 @@ impl World {
             sequence: 0,
             in_flight: BTreeMap::new(),
             held_requests: None,
+            spare_requests: Vec::new(),
+            spare_completions: Vec::new(),
             next_request_id: 1,
             next_write_id: 1,
             submitted: 0,
@@ -318,7 +324,7 @@ impl World {
 
     fn fill_queue(&mut self) {
         if self.config.batch_events {
-            self.held_requests = Some(Vec::new());
+            self.held_requests = Some(std::mem::take(&mut self.spare_requests));
         }
         while self.in_flight.len() < self.config.queue_depth
             && self.submitted < self.config.host_ops
@@ -327,13 +333,14 @@ impl World {
                 break;
             }
         }
-        if let Some(requests) = self.held_requests.take()
-            && !requests.is_empty()
-        {
+        if let Some(mut requests) = self.held_requests.take() {
             if requests.len() > 1 {
                 self.stats.batched_submissions += requests.len() as u64;
             }
-            self.engine().submit_all(requests);
+            if !requests.is_empty() {
+                self.engine().submit_all(requests.drain(..));
+            }
+            self.spare_requests = requests;
         }
     }
 
@@ -613,14 +620,16 @@ impl World {
                     flush_point,
                 } => {
                     let result = self.execute(command, device, flush_point);
-                    let mut completions = vec![(command.id, result)];
+                    let mut completions = std::mem::take(&mut self.spare_completions);
+                    completions.push((command.id, result));
                     if self.config.batch_events {
                         self.execute_due_members(&mut completions);
                     }
                     if completions.len() > 1 {
                         self.stats.batched_completions += completions.len() as u64;
                     }
-                    self.engine().complete_all(completions);
+                    self.engine().complete_all(completions.drain(..));
+                    self.spare_completions = completions;
                 }
                 Scheduled::Compute {
                     command,
