@@ -308,6 +308,7 @@ impl DataPlane {
                     MemberOp::Read {
                         offset_bytes,
                         buffer,
+                        ..
                     } => member.read_at(offset_bytes, pool.bytes_mut(buffer)),
                     MemberOp::Write {
                         offset_bytes,
@@ -330,6 +331,7 @@ impl DataPlane {
                     MemberOp::Read {
                         offset_bytes,
                         buffer,
+                        ..
                     } => {
                         let pointer = pool.as_mut_ptr(buffer);
                         let fd = member.fd_for(offset_bytes, buffer.len_bytes, pointer);
@@ -372,6 +374,7 @@ impl DataPlane {
                     MemberOp::Read {
                         offset_bytes,
                         buffer,
+                        ..
                     } => {
                         let pointer = pool.as_mut_ptr(buffer);
                         // SAFETY: the engine keeps the buffer live and untouched until completion.
