@@ -153,6 +153,7 @@ pub(crate) unsafe fn run_file_operation(operation: &Operation) -> Option<i32> {
         | Operation::Send { .. }
         | Operation::Accept { .. }
         | Operation::PollReadable { .. }
+        | Operation::PollWritable { .. }
         | Operation::UringCmd { .. } => return None,
     })
 }
