@@ -8,7 +8,8 @@
 //! without room says EAGAIN, which the caller answers with [`crate::Operation::PollWritable`].
 //! io_uring's own splice is not used: it always hands the work to a kernel worker thread.
 
-use crate::error::IoError;
+use crate::error::{IoError, last_errno};
+use crate::sys;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// The bytes of one page, to which splice works: a range straddling pages takes one slot
@@ -72,24 +73,23 @@ impl Pipe {
         let mut offset = i64::try_from(offset_bytes).expect("offsets fit i64");
         let mut moved = 0;
         while moved < len_bytes {
-            // SAFETY: both descriptors are open; `offset` is a live i64 the kernel advances.
-            let result = unsafe {
-                libc::splice(
-                    file,
-                    &mut offset,
-                    self.write.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    len_bytes - moved,
-                    libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
-                )
-            };
+            let result = sys::retry(|| {
+                // SAFETY: both descriptors are open; `offset` is a live i64 the kernel advances.
+                unsafe {
+                    libc::splice(
+                        file,
+                        &mut offset,
+                        self.write.as_raw_fd(),
+                        std::ptr::null_mut(),
+                        len_bytes - moved,
+                        libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+                    )
+                }
+            });
             match result {
                 0 => return Err(IoError::from_errno("splice from a member", libc::EIO)),
                 n if n > 0 => moved += n as usize,
-                _ => match last_errno() {
-                    libc::EINTR => {}
-                    errno => return Err(IoError::from_errno("splice from a member", errno)),
-                },
+                errno => return Err(IoError::from_errno("splice from a member", -errno)),
             }
         }
         Ok(())
@@ -114,9 +114,9 @@ impl Pipe {
     }
 
     fn splice_out(&mut self, socket: RawFd, len_bytes: usize) -> Result<usize, i32> {
-        loop {
+        let result = sys::retry(|| {
             // SAFETY: both descriptors are open; no offsets (pipe and socket have none).
-            let result = unsafe {
+            unsafe {
                 libc::splice(
                     self.read.as_raw_fd(),
                     std::ptr::null_mut(),
@@ -125,45 +125,22 @@ impl Pipe {
                     len_bytes,
                     libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
                 )
-            };
-            if result >= 0 {
-                return Ok(result as usize);
             }
-            match last_errno() {
-                libc::EINTR => {}
-                errno => return Err(errno),
-            }
-        }
+        });
+        usize::try_from(result).map_err(|_| -result)
     }
 }
 
 /// `send(MSG_DONTWAIT | MSG_NOSIGNAL)` of `bytes`: how many went, or the errno (EAGAIN: the
 /// socket's buffer is full).
 pub fn send_nonblocking(socket: RawFd, bytes: &[u8]) -> Result<usize, i32> {
-    loop {
-        // SAFETY: `bytes` is a live slice for the duration of the call.
-        let result = unsafe {
-            libc::send(
-                socket,
-                bytes.as_ptr().cast(),
-                bytes.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        if result >= 0 {
-            return Ok(result as usize);
-        }
-        match last_errno() {
-            libc::EINTR => {}
-            errno => return Err(errno),
-        }
-    }
-}
-
-fn last_errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
+    let part = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: the one part is `bytes`, live for the duration of the call.
+    let result = unsafe { sys::sendmsg_nonblocking(socket, &[part]) };
+    usize::try_from(result).map_err(|_| -result)
 }
 
 #[cfg(test)]

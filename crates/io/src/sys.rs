@@ -7,7 +7,7 @@ use crate::driver::Operation;
 use crate::error::last_errno;
 
 /// Runs `call` until it does not fail with EINTR; maps -1 to `-errno`.
-fn retry(mut call: impl FnMut() -> isize) -> i32 {
+pub(crate) fn retry(mut call: impl FnMut() -> isize) -> i32 {
     loop {
         let result = call();
         if result >= 0 {
