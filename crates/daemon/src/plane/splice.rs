@@ -118,6 +118,10 @@ impl Splicing {
     /// The pieces of a request answered with data, in the order of the data; none for a
     /// request without any.
     pub fn take(&mut self, request: u64) -> smallvec::SmallVec<[SplicedPiece; 2]> {
+        if self.pieces.is_empty() {
+            // Small reads only: no lookup on their path.
+            return smallvec::SmallVec::new();
+        }
         let mut pieces = self.pieces.remove(&request).unwrap_or_default();
         pieces.sort_by_key(|piece| piece.offset_bytes);
         pieces
@@ -126,7 +130,9 @@ impl Splicing {
     /// Drops the pieces of a request answered without its data (an error): their pipes
     /// still hold bytes, so they are closed, not kept.
     pub fn discard(&mut self, request: u64) {
-        self.pieces.remove(&request);
+        if !self.pieces.is_empty() {
+            self.pieces.remove(&request);
+        }
     }
 
     /// Keeps a drained pipe for later pieces.
