@@ -225,7 +225,6 @@ impl Harness {
                         MemberOp::Read {
                             offset_bytes,
                             buffer,
-                            ..
                         } => {
                             if self
                                 .latent_errors

@@ -106,7 +106,6 @@ fn run_until_stuck(
             MemberOp::Read {
                 offset_bytes,
                 buffer,
-                ..
             } => {
                 h.read_member_image(member, offset_bytes, buffer);
                 Ok(())
@@ -482,7 +481,6 @@ fn run_with_caches(h: &mut Harness, caches: &mut Caches) {
             MemberOp::Read {
                 offset_bytes,
                 buffer,
-                ..
             } => {
                 let out = h.read_member_image(member, offset_bytes, buffer);
                 for (at, data) in &caches[member] {
@@ -773,7 +771,6 @@ fn update_around_an_unrecorded_failure(
                 MemberOp::Read {
                     offset_bytes,
                     buffer,
-                    ..
                 } => {
                     h.read_member_image(command.member, offset_bytes, buffer);
                     reads.push(command.id);

@@ -720,7 +720,6 @@ impl Engine {
                         MemberOp::Read {
                             offset_bytes,
                             buffer: slice,
-                            for_host: None,
                         },
                         Owner::BitmapLoad {
                             block,

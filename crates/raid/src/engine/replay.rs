@@ -179,7 +179,6 @@ impl Engine {
             MemberOp::Read {
                 offset_bytes: self.journal.offset_bytes + offset_bytes,
                 buffer: slice,
-                for_host: None,
             },
             Owner::JournalScan {
                 member,
@@ -363,7 +362,6 @@ impl Engine {
             MemberOp::Read {
                 offset_bytes: self.journal.offset_bytes + offset_bytes,
                 buffer: slice,
-                for_host: None,
             },
             Owner::JournalReplay {
                 io: ReplayIo::Batch,
@@ -604,7 +602,6 @@ impl Engine {
                 MemberOp::Read {
                     offset_bytes,
                     buffer: slice,
-                    for_host: None,
                 },
                 Owner::JournalReplay { io: ReplayIo::Data },
             );

@@ -707,7 +707,6 @@ impl Engine {
             MemberOp::Read {
                 offset_bytes,
                 buffer,
-                for_host: None,
             },
         );
     }
@@ -1057,7 +1056,6 @@ impl Engine {
                     MemberOp::Read {
                         offset_bytes: offset + piece.start_bytes,
                         buffer: target,
-                        for_host: None,
                     },
                 );
             }
