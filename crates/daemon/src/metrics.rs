@@ -185,6 +185,13 @@ impl DataPlane {
                 "NBD clients disconnected for not finishing the handshake in time.",
                 self.handshake_timeouts,
             ),
+            (
+                "tessera_nbd_spliced_bytes_total",
+                "counter",
+                "Bytes of host reads carried from page-cache members to the socket by splice, \
+                 past the engine's buffers.",
+                self.splicing.spliced_bytes,
+            ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");

@@ -216,6 +216,7 @@ impl<'a> Drive<'a> {
         if let MemberOp::Read {
             offset_bytes,
             buffer,
+            ..
         } = command.op
         {
             let contents = self.read_contents(offset_bytes, buffer.len());

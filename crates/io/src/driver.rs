@@ -151,6 +151,12 @@ pub enum Operation {
         /// Any pollable descriptor.
         fd: RawFd,
     },
+    /// Completes when `fd` is writable (a socket with room in its send buffer) with the poll
+    /// revents: for writes the caller makes itself, without blocking, and resumes on room.
+    PollWritable {
+        /// Any pollable descriptor.
+        fd: RawFd,
+    },
     /// `IORING_OP_URING_CMD` with a 16-byte command: a driver-defined command on a character
     /// device (the ublk driver's FETCH_REQ and COMMIT_AND_FETCH_REQ). Completes with the
     /// driver's result. Memory the command names (the ublk tag's buffer) is covered by
@@ -176,6 +182,7 @@ pub(crate) fn descriptor(operation: &Operation) -> RawFd {
         | Operation::Send { fd, .. }
         | Operation::Accept { fd }
         | Operation::PollReadable { fd }
+        | Operation::PollWritable { fd }
         | Operation::UringCmd { fd, .. } => fd,
     }
 }
@@ -292,6 +299,12 @@ pub trait Driver {
     fn submit_poll_readable(&mut self, token: u64, fd: RawFd) {
         // SAFETY: PollReadable names no memory.
         unsafe { self.submit(token, Operation::PollReadable { fd }) }
+    }
+
+    /// Queues a wait for `fd` to become writable.
+    fn submit_poll_writable(&mut self, token: u64, fd: RawFd) {
+        // SAFETY: PollWritable names no memory.
+        unsafe { self.submit(token, Operation::PollWritable { fd }) }
     }
 }
 

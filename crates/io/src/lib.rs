@@ -17,6 +17,8 @@
 //!   driver run them inline instead; [`MemoryMember`] is an in-memory device;
 //!   [`RemoteMember`] is an NBD export served by its own sender and receiver threads, which
 //!   wake the event loop through an eventfd.
+//! - [`Pipe`]: splice(2) from a member file in the page cache to a socket, so that a host
+//!   read's bytes skip the engine's buffers (the daemon's NBD path for tmpfs-like members).
 //! - Errors are values: [`IoError`], with "device gone" told apart.
 //!
 //! Tests: `cargo test -p tessera-io` (a few seconds). The loop-device tests need root and
@@ -28,6 +30,7 @@ mod driver;
 mod error;
 mod member;
 mod memory;
+mod pipe;
 mod poll;
 mod remote;
 mod select;
@@ -40,6 +43,7 @@ pub use driver::{Completion, Driver, Operation, SEND_PARTS_MAX, SendParts};
 pub use error::{IoError, errno_means_gone, errno_text};
 pub use member::{MemberDevice, MemberKind, create_file_member, open_member};
 pub use memory::MemoryMember;
+pub use pipe::{Pipe, send_nonblocking};
 pub use poll::PollDriver;
 pub use remote::{GONE_ERRNO, RemoteMember};
 pub use select::{AnyDriver, DriverChoice, DriverKind, OpenedDriver, open_driver};

@@ -114,6 +114,11 @@ impl MemberDevice {
         }
     }
 
+    /// The buffered descriptor: the one whose pages a [`crate::Pipe`] can take.
+    pub fn buffered_fd(&self) -> RawFd {
+        self.buffered_file.as_raw_fd()
+    }
+
     /// Both descriptors (one when O_DIRECT is off), e.g. for [`crate::Driver::set_inline`].
     pub fn descriptors(&self) -> Vec<RawFd> {
         let mut descriptors = vec![self.buffered_file.as_raw_fd()];

@@ -79,8 +79,12 @@ impl PollDriver {
             },
             Operation::Accept { fd } => sys::accept(fd),
             // A closed descriptor: what io_uring reports for it.
-            Operation::PollReadable { .. } if revents & libc::POLLNVAL != 0 => -libc::EBADF,
-            Operation::PollReadable { .. } => i32::from(revents),
+            Operation::PollReadable { .. } | Operation::PollWritable { .. }
+                if revents & libc::POLLNVAL != 0 =>
+            {
+                -libc::EBADF
+            }
+            Operation::PollReadable { .. } | Operation::PollWritable { .. } => i32::from(revents),
             Operation::Read { .. }
             | Operation::Write { .. }
             | Operation::Fsync { .. }
@@ -98,7 +102,7 @@ impl PollDriver {
     /// poll(2) events an operation waits for.
     fn events(operation: &Operation) -> i16 {
         match operation {
-            Operation::Send { .. } => libc::POLLOUT,
+            Operation::Send { .. } | Operation::PollWritable { .. } => libc::POLLOUT,
             _ => libc::POLLIN,
         }
     }

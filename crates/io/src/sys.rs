@@ -7,7 +7,7 @@ use crate::driver::Operation;
 use crate::error::last_errno;
 
 /// Runs `call` until it does not fail with EINTR; maps -1 to `-errno`.
-fn retry(mut call: impl FnMut() -> isize) -> i32 {
+pub(crate) fn retry(mut call: impl FnMut() -> isize) -> i32 {
     loop {
         let result = call();
         if result >= 0 {
@@ -153,6 +153,7 @@ pub(crate) unsafe fn run_file_operation(operation: &Operation) -> Option<i32> {
         | Operation::Send { .. }
         | Operation::Accept { .. }
         | Operation::PollReadable { .. }
+        | Operation::PollWritable { .. }
         | Operation::UringCmd { .. } => return None,
     })
 }

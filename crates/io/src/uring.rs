@@ -375,6 +375,9 @@ impl UringDriver {
             Operation::PollReadable { fd } => {
                 opcode::PollAdd::new(Fd(fd), libc::POLLIN as u32).build()
             }
+            Operation::PollWritable { fd } => {
+                opcode::PollAdd::new(Fd(fd), libc::POLLOUT as u32).build()
+            }
             Operation::UringCmd { fd, cmd_op, cmd } => {
                 opcode::UringCmd16::new(Fd(fd), cmd_op).cmd(cmd).build()
             }

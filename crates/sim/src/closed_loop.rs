@@ -175,6 +175,7 @@ impl ClosedLoop {
                     MemberOp::Read {
                         offset_bytes,
                         buffer,
+                        ..
                     } => {
                         read_image(self.engine.pool_mut(), member, offset_bytes, buffer);
                     }

@@ -225,6 +225,7 @@ impl Harness {
                         MemberOp::Read {
                             offset_bytes,
                             buffer,
+                            ..
                         } => {
                             if self
                                 .latent_errors

@@ -97,6 +97,9 @@ enum HostKind {
     Zeroes { ticket: WriteTicket, fua: bool },
 }
 
+/// What the buffer of a read marked `for_host` holds between the read and its reply.
+const HOST_READ_POISON: u8 = 0x5a;
+
 struct HostInFlight {
     kind: HostKind,
     submit: u64,
@@ -146,6 +149,11 @@ pub struct World {
     /// otherwise allocate one each.
     spare_requests: Vec<HostRequest>,
     spare_completions: Vec<(CommandId, Result<(), MemberError>)>,
+    /// Bytes of reads the engine marked as the host's alone (`for_host`), by host request:
+    /// kept aside and put in the reply's buffer only when the reply comes, while the buffer
+    /// itself holds `HOST_READ_POISON` meanwhile, as a daemon splicing them to the host's
+    /// socket leaves it. An engine that used those bytes would compute with the poison.
+    host_reads: BTreeMap<u64, Vec<(tessera_buffer::BufferSlice, Vec<u8>)>>,
     next_request_id: u64,
     next_write_id: u64,
     submitted: u64,
@@ -200,6 +208,7 @@ impl World {
             held_requests: None,
             spare_requests: Vec::new(),
             spare_completions: Vec::new(),
+            host_reads: BTreeMap::new(),
             next_request_id: 1,
             next_write_id: 1,
             submitted: 0,
@@ -874,6 +883,7 @@ impl World {
                 MemberOp::Read {
                     offset_bytes,
                     buffer,
+                    ..
                 } => (offset_bytes, buffer.len() as u64, "read"),
                 MemberOp::Write {
                     offset_bytes,
@@ -901,6 +911,23 @@ impl World {
             MemberOp::Read {
                 offset_bytes,
                 buffer,
+                for_host: Some(request),
+            } => {
+                let mut bytes = vec![0; buffer.len()];
+                let result = member.read(offset_bytes, &mut bytes);
+                if result.is_ok() {
+                    engine.pool_mut().bytes_mut(buffer).fill(HOST_READ_POISON);
+                    self.host_reads
+                        .entry(request)
+                        .or_default()
+                        .push((buffer, bytes));
+                }
+                result
+            }
+            MemberOp::Read {
+                offset_bytes,
+                buffer,
+                for_host: None,
             } => member.read(offset_bytes, engine.pool_mut().bytes_mut(buffer)),
             MemberOp::Write {
                 offset_bytes,
@@ -943,6 +970,14 @@ impl World {
     }
 
     fn host_reply(&mut self, reply: Reply) -> Result<(), String> {
+        if let Some(reads) = self.host_reads.remove(&reply.id)
+            && let Ok(Some(_)) = reply.result
+        {
+            let pool = self.engine().pool_mut();
+            for (slice, bytes) in reads {
+                pool.bytes_mut(slice).copy_from_slice(&bytes);
+            }
+        }
         if let (Some(thin), Some(engine)) = (self.thin.as_mut(), self.engine.as_mut())
             && thin.lower_reply(engine, reply.id, reply.result)
         {
@@ -1373,6 +1408,7 @@ impl World {
         let degraded = self.exposure().0 > 0;
         self.count_engine();
         let engine = self.engine.take().expect("engine running");
+        self.host_reads.clear();
         let mut in_flight: Vec<Vec<(u64, Vec<u8>)>> = vec![Vec::new(); self.devices.len()];
         for scheduled in self.scheduled.values() {
             let Scheduled::Member {
@@ -1472,6 +1508,8 @@ impl World {
         }
         self.count_engine();
         self.engine = None;
+        // Every request was answered, so nothing is left aside; kept exact anyway.
+        self.host_reads.clear();
         self.restarting = false;
         self.assemble(false)
     }

@@ -106,6 +106,7 @@ fn run_until_stuck(
             MemberOp::Read {
                 offset_bytes,
                 buffer,
+                ..
             } => {
                 h.read_member_image(member, offset_bytes, buffer);
                 Ok(())
@@ -481,6 +482,7 @@ fn run_with_caches(h: &mut Harness, caches: &mut Caches) {
             MemberOp::Read {
                 offset_bytes,
                 buffer,
+                ..
             } => {
                 let out = h.read_member_image(member, offset_bytes, buffer);
                 for (at, data) in &caches[member] {
@@ -771,6 +773,7 @@ fn update_around_an_unrecorded_failure(
                 MemberOp::Read {
                     offset_bytes,
                     buffer,
+                    ..
                 } => {
                     h.read_member_image(command.member, offset_bytes, buffer);
                     reads.push(command.id);

@@ -78,6 +78,7 @@ fn a_second_read_error_on_the_last_copy_fails_the_read() {
         let MemberOp::Read {
             offset_bytes,
             buffer,
+            ..
         } = command.op
         else {
             unreachable!()

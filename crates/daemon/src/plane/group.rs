@@ -291,6 +291,14 @@ impl DataPlane {
     }
 
     fn start_member_io(&mut self, group_id: u32, command: MemberCommand) {
+        let splice_for = match command.op {
+            MemberOp::Read {
+                for_host: Some(request),
+                buffer,
+                ..
+            } if self.may_splice(request, buffer.len_bytes) => Some(request),
+            _ => None,
+        };
         let group = self.groups.get_mut(&group_id).expect("live group");
         let drive_id = group.members.get(command.member).copied().flatten();
         let Some(device) = drive_id
@@ -301,6 +309,31 @@ impl DataPlane {
                 .push((group_id, command.id, Err(MemberError::Gone)));
             return;
         };
+        if let (
+            Some(request),
+            Handle::Local(member),
+            MemberOp::Read {
+                offset_bytes,
+                buffer,
+                ..
+            },
+        ) = (splice_for, &device.handle, command.op)
+            && !member.nowait_io()
+            && let Some(result) = self.splicing.read_piece(
+                request,
+                member.buffered_fd(),
+                offset_bytes,
+                buffer.offset_bytes,
+                buffer.len_bytes,
+            )
+        {
+            let outcome = result.map_err(|error| match error {
+                tessera_io::IoError::DeviceGone { .. } => MemberError::Gone,
+                _ => MemberError::Io,
+            });
+            self.immediate.push((group_id, command.id, outcome));
+            return;
+        }
         let pool = group.engine.pool_mut();
         match &mut device.handle {
             Handle::Memory(member) => {
@@ -308,6 +341,7 @@ impl DataPlane {
                     MemberOp::Read {
                         offset_bytes,
                         buffer,
+                        ..
                     } => member.read_at(offset_bytes, pool.bytes_mut(buffer)),
                     MemberOp::Write {
                         offset_bytes,
@@ -330,6 +364,7 @@ impl DataPlane {
                     MemberOp::Read {
                         offset_bytes,
                         buffer,
+                        ..
                     } => {
                         let pointer = pool.as_mut_ptr(buffer);
                         let fd = member.fd_for(offset_bytes, buffer.len_bytes, pointer);
@@ -372,6 +407,7 @@ impl DataPlane {
                     MemberOp::Read {
                         offset_bytes,
                         buffer,
+                        ..
                     } => {
                         let pointer = pool.as_mut_ptr(buffer);
                         // SAFETY: the engine keeps the buffer live and untouched until completion.

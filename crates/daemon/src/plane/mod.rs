@@ -8,6 +8,7 @@ mod group;
 mod md_import;
 mod nbd;
 mod peer;
+mod splice;
 mod thin;
 mod tls;
 mod ublk;
@@ -76,6 +77,8 @@ enum Token {
     Accept { listener: usize },
     Recv { connection: u64 },
     Send { connection: u64 },
+    // A spliced reply met a full socket, which has room now.
+    Writable { connection: u64 },
     Ublk { queue: u64, tag: u16 },
     Calls,
     Signal,
@@ -156,6 +159,8 @@ pub struct DataPlane {
     pub(crate) handshake_timeouts: u64,
     /// When handshakes were last checked for their deadline.
     last_handshake_sweep: Instant,
+    /// Pipes of host reads spliced from page-cache members (`splice.rs`).
+    pub(crate) splicing: splice::Splicing,
     /// When the loop last woke: the one clock reading of a pass, which stamps the requests
     /// that arrive and the answers that leave in it (a request's latency is counted from the
     /// pass that read it to the pass that answered it), and drives the engines' timers.
@@ -384,6 +389,7 @@ impl DataPlane {
             handshake_timeouts: 0,
             last_handshake_sweep: Instant::now(),
             woke: Instant::now(),
+            splicing: splice::Splicing::default(),
             spare_retry: std::collections::BTreeSet::new(),
             tls,
             #[cfg(feature = "gpu")]
@@ -554,6 +560,7 @@ impl DataPlane {
             }
             Token::Recv { connection } => self.recv_done(connection, completion.result),
             Token::Send { connection } => self.send_done(connection, completion.result),
+            Token::Writable { connection } => self.writable(connection, completion.result),
             Token::Ublk { queue, tag } => self.ublk_command_done(queue, tag, completion.result),
             Token::Calls => {
                 self.wake.drain();

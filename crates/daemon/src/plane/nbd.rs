@@ -129,7 +129,12 @@ struct Outgoing {
     head: Vec<u8>,
     data: Option<(u32, BufferId, u32)>,
     tail: Vec<u8>,
+    /// Ranges of `data` that are in pipes instead (`splice.rs`), in order; sent with
+    /// `send_spliced` rather than in a batch.
+    pieces: Pieces,
 }
+
+type Pieces = smallvec::SmallVec<[super::splice::SplicedPiece; 2]>;
 
 impl Outgoing {
     fn len_bytes(&self) -> usize {
@@ -160,6 +165,10 @@ pub(crate) struct Connection {
     in_flight: u32,
     /// No more requests are read; the connection closes once replies are out.
     closing: bool,
+    /// A spliced reply met a full socket: a wait for room is in flight.
+    waiting_writable: bool,
+    /// Bytes of the spliced reply at the front of `outbox` already sent.
+    spliced_sent_bytes: usize,
     /// The engine had no buffer space for the next write: retry on the next loop turn.
     stalled: bool,
 }
@@ -266,10 +275,13 @@ impl DataPlane {
                 head: greeting,
                 data: None,
                 tail: Vec::new(),
+                pieces: Pieces::new(),
             }]),
             sending: Vec::new(),
             in_flight: 0,
             closing: false,
+            waiting_writable: false,
+            spliced_sent_bytes: 0,
             stalled: false,
         };
         let key = self.connections.insert(connection);
@@ -300,6 +312,7 @@ impl DataPlane {
             && connection.in_flight == 0
             && !connection.receiving
             && connection.sending.is_empty()
+            && !connection.waiting_writable
         {
             let mut connection = self.connections.remove(key).expect("live connection");
             if let Some(payload) = connection.payload.take() {
@@ -436,6 +449,7 @@ impl DataPlane {
                 head: output,
                 data: None,
                 tail: Vec::new(),
+                pieces: Pieces::new(),
             });
         }
         let mut progressed = false;
@@ -612,6 +626,7 @@ impl DataPlane {
                     head: command_reply(&request, &serving.negotiated, Ok(())),
                     data: None,
                     tail: Vec::new(),
+                    pieces: Pieces::new(),
                 };
                 connection.outbox.push_back(outgoing);
                 return;
@@ -713,6 +728,7 @@ impl DataPlane {
                     head: command_reply(&request, negotiated, Ok(())),
                     data: None,
                     tail: Vec::new(),
+                    pieces: Pieces::new(),
                 };
                 connection.outbox.push_back(outgoing);
                 return;
@@ -817,6 +833,7 @@ impl DataPlane {
                     head,
                     data: None,
                     tail,
+                    pieces: Pieces::new(),
                 }
             }
             Ok(None) => success_reply(head, tail, request, negotiated),
@@ -849,11 +866,21 @@ impl DataPlane {
                 self.ublk_engine_reply(group, pending, reply.result);
                 return;
             }
-            None => return,
+            None => {
+                self.splicing.discard(reply.id);
+                return;
+            }
         };
         let data = match reply.result {
             Ok(Some(buffer)) => Some(buffer),
             _ => None,
+        };
+        let mut pieces = match data {
+            Some(_) => self.splicing.take(reply.id),
+            None => {
+                self.splicing.discard(reply.id);
+                Pieces::new()
+            }
         };
         let mut head = self.spare_bytes.take();
         let mut tail = self.spare_bytes.take();
@@ -868,6 +895,7 @@ impl DataPlane {
                     head,
                     data: Some((group, buffer, request.length_bytes)),
                     tail,
+                    pieces: std::mem::take(&mut pieces),
                 }
             }
             Ok(None) => success_reply(head, tail, request, negotiated),
@@ -897,12 +925,31 @@ impl DataPlane {
             self.start_tls_send(key);
             return;
         }
+        if connection.waiting_writable {
+            return;
+        }
+        // Spliced replies at the front go out first, by themselves.
+        if connection
+            .outbox
+            .front()
+            .is_some_and(|next| !next.pieces.is_empty())
+            && !self.send_spliced(key)
+        {
+            return;
+        }
+        let Some(connection) = self.connections.get_mut(key) else {
+            return;
+        };
         // Replies waiting together leave in one send: at queue depth, one system call and one
         // socket buffer carry many replies instead of one each.
         let batch = &mut connection.sending;
         let mut parts_used = 0;
         let mut batch_bytes = 0;
         while let Some(next) = connection.outbox.front() {
+            if !next.pieces.is_empty() {
+                // Goes out by itself once this batch is sent (`send_done` comes back here).
+                break;
+            }
             let head_only = next.data.is_none() && next.tail.is_empty();
             let merges = head_only
                 && batch
@@ -954,6 +1001,113 @@ impl DataPlane {
         // pushed to until `send_done`, so they do not move; the arena buffers stay allocated
         // until `send_done` frees them; nothing writes to either meanwhile.
         unsafe { self.driver.submit(token, Operation::Send { fd, parts }) };
+    }
+
+    /// Sends the spliced replies at the front of the outbox, each its header, its data (the
+    /// pipes' contents and whatever ranges the engine filled in memory, in order) and its
+    /// trailer, with non-blocking calls. True when they are all out; false when the socket is
+    /// full (a wait for room is in flight) or the connection failed.
+    fn send_spliced(&mut self, key: u64) -> bool {
+        loop {
+            let Some(connection) = self.connections.get_mut(key) else {
+                return false;
+            };
+            let fd = connection.socket.as_raw_fd();
+            let Some(outgoing) = connection
+                .outbox
+                .front_mut()
+                .filter(|next| !next.pieces.is_empty())
+            else {
+                return true;
+            };
+            let (group, buffer, data_len) = outgoing.data.expect("spliced replies carry data");
+            let data_len = data_len as usize;
+            let head_len = outgoing.head.len();
+            let done = connection.spliced_sent_bytes;
+            let step = if done < head_len {
+                tessera_io::send_nonblocking(fd, &outgoing.head[done..])
+            } else if done < head_len + data_len {
+                let at = done - head_len;
+                let next_piece = outgoing
+                    .pieces
+                    .iter_mut()
+                    .find(|piece| (piece.offset_bytes + piece.len_bytes) as usize > at);
+                match next_piece {
+                    Some(piece) if piece.offset_bytes as usize <= at => {
+                        let left = (piece.offset_bytes + piece.len_bytes) as usize - at;
+                        let step = piece.pipe.pipe.drain_to(fd, left);
+                        if let Ok(moved) = step {
+                            self.splicing.spliced_bytes += moved as u64;
+                        }
+                        step
+                    }
+                    // A range the engine filled itself (zeroes, a recovered piece).
+                    other => {
+                        let end = other.map_or(data_len, |piece| piece.offset_bytes as usize);
+                        let engine = &self.groups.get(&group).expect("group of a reply").engine;
+                        let bytes = &engine.pool().slice(buffer)[at..end];
+                        tessera_io::send_nonblocking(fd, bytes)
+                    }
+                }
+            } else if done < head_len + data_len + outgoing.tail.len() {
+                tessera_io::send_nonblocking(fd, &outgoing.tail[done - head_len - data_len..])
+            } else {
+                let outgoing = connection.outbox.pop_front().expect("front");
+                connection.spliced_sent_bytes = 0;
+                for piece in outgoing.pieces {
+                    self.splicing.give_back(piece.pipe);
+                }
+                self.spare_bytes.give(outgoing.head);
+                self.spare_bytes.give(outgoing.tail);
+                self.free_buffer(Some(group), buffer);
+                continue;
+            };
+            match step {
+                Ok(0) => {
+                    self.close_connection(key, "spliced reply ran dry");
+                    return false;
+                }
+                Ok(sent) => {
+                    let connection = self.connections.get_mut(key).expect("live connection");
+                    connection.spliced_sent_bytes += sent;
+                }
+                Err(errno) if errno == libc::EAGAIN || errno == libc::EWOULDBLOCK => {
+                    let connection = self.connections.get_mut(key).expect("live connection");
+                    connection.waiting_writable = true;
+                    let token = self.tokens.insert(Token::Writable { connection: key });
+                    self.driver.submit_poll_writable(token, fd);
+                    return false;
+                }
+                Err(_) => {
+                    self.close_connection(key, "send failed");
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// A connection's socket has room again (or failed) after a spliced reply filled it.
+    pub(super) fn writable(&mut self, key: u64, result: i32) {
+        let Some(connection) = self.connections.get_mut(key) else {
+            return;
+        };
+        connection.waiting_writable = false;
+        if result < 0 {
+            self.close_connection(key, "send failed");
+            return;
+        }
+        self.pump_connection(key);
+    }
+
+    /// Whether engine request `request` answers an NBD connection without TLS (whose replies
+    /// may carry spliced pieces).
+    pub(super) fn answers_plain_nbd(&self, request: u64) -> bool {
+        let Some(Requester::Host(pending)) = self.requests.get(request) else {
+            return false;
+        };
+        self.connections
+            .get(pending.connection)
+            .is_some_and(|connection| connection.tls.is_none())
     }
 
     fn start_recv(&mut self, key: u64) {
@@ -1097,6 +1251,7 @@ fn empty_reply(request: &Request, negotiated: &Negotiated) -> Outgoing {
         head,
         data: None,
         tail: Vec::new(),
+        pieces: Pieces::new(),
     }
 }
 
@@ -1133,6 +1288,7 @@ fn block_status_reply(
         head,
         data: None,
         tail: Vec::new(),
+        pieces: Pieces::new(),
     }
 }
 
@@ -1158,6 +1314,7 @@ fn success_reply(
         head,
         data: None,
         tail,
+        pieces: Pieces::new(),
     }
 }
 
@@ -1202,6 +1359,7 @@ fn error_reply(
         head,
         data: None,
         tail: Vec::new(),
+        pieces: Pieces::new(),
     }
 }
 
@@ -1362,6 +1520,7 @@ impl DataPlane {
             head: bytes,
             data: None,
             tail: Vec::new(),
+            pieces: Pieces::new(),
         });
         for (group, buffer) in freed {
             self.free_buffer(Some(group), buffer);

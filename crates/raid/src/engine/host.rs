@@ -471,11 +471,13 @@ impl Engine {
             Some((member, offset_bytes)) => {
                 self.regions.enter(piece.region);
                 let slice = self.slice(buffer, piece.buffer_offset_bytes, piece.len_bytes);
+                let for_host = self.requests.get(request).map(|r| r.id);
                 self.issue(
                     member,
                     MemberOp::Read {
                         offset_bytes,
                         buffer: slice,
+                        for_host,
                     },
                     Owner::HostRead { request, piece },
                 );

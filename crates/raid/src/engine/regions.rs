@@ -720,6 +720,7 @@ impl Engine {
                         MemberOp::Read {
                             offset_bytes,
                             buffer: slice,
+                            for_host: None,
                         },
                         Owner::BitmapLoad {
                             block,

@@ -179,6 +179,7 @@ impl Engine {
             MemberOp::Read {
                 offset_bytes: self.journal.offset_bytes + offset_bytes,
                 buffer: slice,
+                for_host: None,
             },
             Owner::JournalScan {
                 member,
@@ -362,6 +363,7 @@ impl Engine {
             MemberOp::Read {
                 offset_bytes: self.journal.offset_bytes + offset_bytes,
                 buffer: slice,
+                for_host: None,
             },
             Owner::JournalReplay {
                 io: ReplayIo::Batch,
@@ -602,6 +604,7 @@ impl Engine {
                 MemberOp::Read {
                     offset_bytes,
                     buffer: slice,
+                    for_host: None,
                 },
                 Owner::JournalReplay { io: ReplayIo::Data },
             );

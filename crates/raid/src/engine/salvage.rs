@@ -275,6 +275,7 @@ impl Engine {
                 MemberOp::Read {
                     offset_bytes: offset_bytes + at as u64,
                     buffer: buffer.sub(at, SECTOR_BYTES as usize),
+                    for_host: None,
                 },
                 Owner::Stripe {
                     op: id,

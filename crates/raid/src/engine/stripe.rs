@@ -707,6 +707,7 @@ impl Engine {
             MemberOp::Read {
                 offset_bytes,
                 buffer,
+                for_host: None,
             },
         );
     }
@@ -1056,6 +1057,7 @@ impl Engine {
                     MemberOp::Read {
                         offset_bytes: offset + piece.start_bytes,
                         buffer: target,
+                        for_host: None,
                     },
                 );
             }

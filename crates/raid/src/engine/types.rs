@@ -114,6 +114,13 @@ pub enum MemberOp {
     Read {
         offset_bytes: u64,
         buffer: BufferSlice,
+        /// `Some(id)`: the bytes are host request `id`'s alone. Once the read completes, the
+        /// engine neither reads nor writes `buffer` but hands it over in the request's reply
+        /// (or frees it with an error reply), so the member-I/O layer may carry the bytes to
+        /// the host another way (a splice from the member to the host's socket) and leave
+        /// `buffer` as it was. Set only on a host read's own pieces, never on reads whose
+        /// bytes the engine computes with or writes elsewhere.
+        for_host: Option<u64>,
     },
     /// Write `buffer` at `offset_bytes` of the member device. With `fua` (force unit access)
     /// it completes only once these bytes are durable; the member's other writes are not made
