@@ -291,12 +291,16 @@ impl DataPlane {
     }
 
     fn start_member_io(&mut self, group_id: u32, command: MemberCommand) {
-        let splice_for = match command.op {
+        // A host read's own piece, large enough and for a plain NBD connection: spliced if
+        // its member is a page-cache file (below).
+        let splice = match command.op {
             MemberOp::Read {
-                for_host: Some(request),
+                offset_bytes,
                 buffer,
-                ..
-            } if self.may_splice(request, buffer.len_bytes) => Some(request),
+                for_host: Some(request),
+            } if self.may_splice(request, buffer.len_bytes) => {
+                Some((request, offset_bytes, buffer))
+            }
             _ => None,
         };
         let group = self.groups.get_mut(&group_id).expect("live group");
@@ -309,15 +313,8 @@ impl DataPlane {
                 .push((group_id, command.id, Err(MemberError::Gone)));
             return;
         };
-        if let (
-            Some(request),
-            Handle::Local(member),
-            MemberOp::Read {
-                offset_bytes,
-                buffer,
-                ..
-            },
-        ) = (splice_for, &device.handle, command.op)
+        if let (Some((request, offset_bytes, buffer)), Handle::Local(member)) =
+            (splice, &device.handle)
             && !member.nowait_io()
             && let Some(result) = self.splicing.read_piece(
                 request,
@@ -327,10 +324,7 @@ impl DataPlane {
                 buffer.len_bytes,
             )
         {
-            let outcome = result.map_err(|error| match error {
-                tessera_io::IoError::DeviceGone { .. } => MemberError::Gone,
-                _ => MemberError::Io,
-            });
+            let outcome = result.map_err(|error| member_error(error.errno().unwrap_or(libc::EIO)));
             self.immediate.push((group_id, command.id, outcome));
             return;
         }
@@ -440,10 +434,8 @@ impl DataPlane {
         }
         let outcome = if result >= 0 {
             Ok(())
-        } else if tessera_io::errno_means_gone(-result) {
-            Err(MemberError::Gone)
         } else {
-            Err(MemberError::Io)
+            Err(member_error(-result))
         };
         // Short transfers cannot happen inside a member's size; the engine sees them as errors
         // only through a negative result.
@@ -671,6 +663,15 @@ impl DataPlane {
                 }
             }
         }
+    }
+}
+
+/// What the engine hears of a member I/O that failed with `errno`.
+fn member_error(errno: i32) -> MemberError {
+    if tessera_io::errno_means_gone(errno) {
+        MemberError::Gone
+    } else {
+        MemberError::Io
     }
 }
 
