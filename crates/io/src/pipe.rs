@@ -97,19 +97,18 @@ impl Pipe {
 
     /// Splices up to `len_bytes` from the pipe into `socket` without blocking: how many went,
     /// or the errno (EAGAIN: the socket's buffer is full). `socket` is a blocking socket
-    /// (io_uring's receives and sends on it rely on that); it is made non-blocking for the
-    /// call, since SPLICE_F_NONBLOCK covers the pipe's end only.
+    /// (io_uring's receives and sends on it rely on that) with no other status flag that
+    /// F_SETFL changes (no O_ASYNC, O_APPEND, O_DIRECT or O_NOATIME), as an accepted socket
+    /// is: it is made non-blocking for the call, since SPLICE_F_NONBLOCK covers the pipe's
+    /// end only, and blocking again after it, with no F_GETFL to learn its flags.
     pub fn drain_to(&mut self, socket: RawFd, len_bytes: usize) -> Result<usize, i32> {
-        // SAFETY: fcntl on a descriptor the caller keeps open; restored below.
-        let flags = unsafe { libc::fcntl(socket, libc::F_GETFL) };
-        if flags < 0 {
+        // SAFETY: fcntl on a descriptor the caller keeps open; reset below.
+        if unsafe { libc::fcntl(socket, libc::F_SETFL, libc::O_NONBLOCK) } < 0 {
             return Err(last_errno());
         }
-        // SAFETY: as above.
-        unsafe { libc::fcntl(socket, libc::F_SETFL, flags | libc::O_NONBLOCK) };
         let result = self.splice_out(socket, len_bytes);
-        // SAFETY: as above: the socket's own flags again.
-        unsafe { libc::fcntl(socket, libc::F_SETFL, flags) };
+        // SAFETY: as above.
+        unsafe { libc::fcntl(socket, libc::F_SETFL, 0) };
         result
     }
 
