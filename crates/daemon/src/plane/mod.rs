@@ -205,6 +205,42 @@ pub(crate) struct VdIo {
     pub write_latency_us: u64,
 }
 
+/// Which counters of [`VdIo`] an answered request adds to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum VdIoKind {
+    Read,
+    Write,
+}
+
+/// Adds an answered read or write of `vd` to its counters, whichever front end (NBD, ublk)
+/// answered it.
+pub(crate) fn count_vd_io(
+    vd_io: &mut BTreeMap<String, VdIo>,
+    vd: &str,
+    kind: VdIoKind,
+    bytes: u64,
+    latency: Duration,
+) {
+    let latency_us = latency.as_micros() as u64;
+    // The drive's name is cloned only the first time it answers.
+    let counters = match vd_io.get_mut(vd) {
+        Some(counters) => counters,
+        None => vd_io.entry(vd.to_string()).or_default(),
+    };
+    match kind {
+        VdIoKind::Read => {
+            counters.reads += 1;
+            counters.read_bytes += bytes;
+            counters.read_latency_us += latency_us;
+        }
+        VdIoKind::Write => {
+            counters.writes += 1;
+            counters.write_bytes += bytes;
+            counters.write_latency_us += latency_us;
+        }
+    }
+}
+
 pub(crate) fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -612,5 +648,53 @@ impl DataPlane {
                     && (group.engine.is_stopped()
                         || group.engine.state() == tessera_raid::engine::GroupState::Failed)
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answered_requests_add_up_per_drive_and_direction() {
+        let mut vd_io = BTreeMap::new();
+        count_vd_io(
+            &mut vd_io,
+            "a",
+            VdIoKind::Read,
+            4096,
+            Duration::from_micros(10),
+        );
+        count_vd_io(
+            &mut vd_io,
+            "a",
+            VdIoKind::Read,
+            512,
+            Duration::from_micros(7),
+        );
+        count_vd_io(
+            &mut vd_io,
+            "a",
+            VdIoKind::Write,
+            8192,
+            Duration::from_micros(30),
+        );
+        count_vd_io(
+            &mut vd_io,
+            "b",
+            VdIoKind::Write,
+            1024,
+            Duration::from_millis(2),
+        );
+        let a = vd_io["a"];
+        assert_eq!((a.reads, a.read_bytes, a.read_latency_us), (2, 4608, 17));
+        assert_eq!((a.writes, a.write_bytes, a.write_latency_us), (1, 8192, 30));
+        let b = vd_io["b"];
+        assert_eq!((b.reads, b.read_bytes, b.read_latency_us), (0, 0, 0));
+        assert_eq!(
+            (b.writes, b.write_bytes, b.write_latency_us),
+            (1, 1024, 2000)
+        );
+        assert_eq!(vd_io.len(), 2);
     }
 }

@@ -7,13 +7,13 @@
 //! sent from the arena buffer the engine filled.
 
 use super::tls::TlsSession;
-use super::{DataPlane, Requester, Token};
+use super::{DataPlane, Requester, Token, VdIoKind, count_vd_io};
 use crate::log;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tessera_api::model::{Peer, admits};
 use tessera_buffer::BufferId;
 use tessera_io::{Driver, Operation, SEND_PARTS_MAX, SendParts};
@@ -769,10 +769,16 @@ impl DataPlane {
         let Phase::Serving(serving) = &connection.phase else {
             unreachable!("requests only while serving")
         };
+        let kind = match pending.request.command {
+            Command::Read => VdIoKind::Read,
+            Command::Write => VdIoKind::Write,
+            _ => return true,
+        };
         count_vd_io(
             &mut self.vd_io,
             serving.negotiated.export_name(),
-            &pending.request,
+            kind,
+            u64::from(pending.request.length_bytes),
             self.woke.saturating_duration_since(pending.submitted),
         );
         true
@@ -1178,34 +1184,6 @@ impl DataPlane {
                 },
             )
         };
-    }
-}
-
-/// Adds an answered read or write to its virtual drive's counters.
-fn count_vd_io(
-    vd_io: &mut std::collections::BTreeMap<String, super::VdIo>,
-    vd: &str,
-    request: &Request,
-    latency: Duration,
-) {
-    let latency_us = latency.as_micros() as u64;
-    let bytes = u64::from(request.length_bytes);
-    let counters = match vd_io.get_mut(vd) {
-        Some(counters) => counters,
-        None => vd_io.entry(vd.to_string()).or_default(),
-    };
-    match request.command {
-        Command::Read => {
-            counters.reads += 1;
-            counters.read_bytes += bytes;
-            counters.read_latency_us += latency_us;
-        }
-        Command::Write => {
-            counters.writes += 1;
-            counters.write_bytes += bytes;
-            counters.write_latency_us += latency_us;
-        }
-        _ => {}
     }
 }
 

@@ -13,7 +13,7 @@
 //! dropped), so they run on the API thread (or, at shutdown, a thread of their own) while the
 //! data plane keeps serving the device's requests.
 
-use super::{DataPlane, PlaneHandle, Requester, Token};
+use super::{DataPlane, PlaneHandle, Requester, Token, VdIoKind, count_vd_io};
 use crate::log;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -833,24 +833,17 @@ impl DataPlane {
 
     /// Adds an answered read or write to its drive's counters (`/metrics`).
     fn count_ublk_io(&mut self, vd: &str, request: &BlockRequest, submitted: Instant) {
-        let latency_us = self.woke.saturating_duration_since(submitted).as_micros() as u64;
-        let bytes = u64::from(request.len_bytes);
-        let counters = match self.vd_io.get_mut(vd) {
-            Some(counters) => counters,
-            None => self.vd_io.entry(vd.to_string()).or_default(),
+        let kind = match request.op {
+            BlockOp::Read => VdIoKind::Read,
+            BlockOp::Write { .. } => VdIoKind::Write,
+            _ => return,
         };
-        match request.op {
-            BlockOp::Read => {
-                counters.reads += 1;
-                counters.read_bytes += bytes;
-                counters.read_latency_us += latency_us;
-            }
-            BlockOp::Write { .. } => {
-                counters.writes += 1;
-                counters.write_bytes += bytes;
-                counters.write_latency_us += latency_us;
-            }
-            _ => {}
-        }
+        count_vd_io(
+            &mut self.vd_io,
+            vd,
+            kind,
+            u64::from(request.len_bytes),
+            self.woke.saturating_duration_since(submitted),
+        );
     }
 }
