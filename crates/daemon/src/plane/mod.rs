@@ -658,34 +658,20 @@ mod tests {
     #[test]
     fn answered_requests_add_up_per_drive_and_direction() {
         let mut vd_io = BTreeMap::new();
-        count_vd_io(
-            &mut vd_io,
-            "a",
-            VdIoKind::Read,
-            4096,
-            Duration::from_micros(10),
-        );
-        count_vd_io(
-            &mut vd_io,
-            "a",
-            VdIoKind::Read,
-            512,
-            Duration::from_micros(7),
-        );
-        count_vd_io(
-            &mut vd_io,
-            "a",
-            VdIoKind::Write,
-            8192,
-            Duration::from_micros(30),
-        );
-        count_vd_io(
-            &mut vd_io,
-            "b",
-            VdIoKind::Write,
-            1024,
-            Duration::from_millis(2),
-        );
+        for (vd, kind, bytes, latency_us) in [
+            ("a", VdIoKind::Read, 4096, 10),
+            ("a", VdIoKind::Read, 512, 7),
+            ("a", VdIoKind::Write, 8192, 30),
+            ("b", VdIoKind::Write, 1024, 2000),
+        ] {
+            count_vd_io(
+                &mut vd_io,
+                vd,
+                kind,
+                bytes,
+                Duration::from_micros(latency_us),
+            );
+        }
         let a = vd_io["a"];
         assert_eq!((a.reads, a.read_bytes, a.read_latency_us), (2, 4608, 17));
         assert_eq!((a.writes, a.write_bytes, a.write_latency_us), (1, 8192, 30));
