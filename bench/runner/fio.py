@@ -38,18 +38,30 @@ class Stream:
     rate_iops_total: int = 0
 
 
+# How often a job's IOPS log gets a line (each the average of its interval).
+IOPS_LOG_INTERVAL_MS = 100
+
+
 def render_job_file(
     connections: list[Connection],
     streams: list[Stream],
     ramp_seconds: float,
     runtime_seconds: float,
+    iops_log_prefix: str | None = None,
 ) -> str:
     """A job file: one job per (stream, connection); stream 0 is reporting group 0 (the
-    measured load), each further stream its own group."""
+    measured load), each further stream its own group. With `iops_log_prefix`, every job logs
+    its IOPS with wall-clock times (`<prefix>_iops.<job number>.log`), so that a run can be
+    checked for jobs that did not run at the same time (`start_spread_seconds`)."""
     assert connections and streams
     text = (TEMPLATE_DIR / "global.fio").read_text().format(
         ramp_seconds=seconds_option(ramp_seconds), runtime_seconds=seconds_option(runtime_seconds)
     )
+    if iops_log_prefix is not None:
+        text += (
+            f"write_iops_log={iops_log_prefix}\nlog_avg_msec={IOPS_LOG_INTERVAL_MS}\n"
+            "log_unix_epoch=1\n"
+        )
     job_template = (TEMPLATE_DIR / "job.fio").read_text()
     for stream_index, stream in enumerate(streams):
         for connection_index, connection in enumerate(connections):
@@ -142,3 +154,22 @@ def parse_direction(section: dict) -> Direction:
         completions=int(section.get("total_ios", clat.get("N", 0))),
         clat_us=clat_us,
     )
+
+
+def first_logged_ms(log_text: str) -> int | None:
+    """The wall-clock time (ms) of the first line of one job's IOPS log, None if it is empty."""
+    for line in log_text.splitlines():
+        if line.strip():
+            return int(line.split(",", 1)[0])
+    return None
+
+
+def start_spread_seconds(firsts: list[int | None]) -> float:
+    """How far apart the jobs of a run began measuring. fio sums its jobs' rates as if they ran
+    together; a job whose measured window began late (seen on this project's machine: one of
+    five nbd jobs three seconds behind the rest, so that it ran alone after they ended) makes
+    that sum up to twice what the servers did. A job that logged nothing counts as never
+    started (infinity)."""
+    if not firsts or any(first is None for first in firsts):
+        return math.inf
+    return (max(firsts) - min(firsts)) / 1000

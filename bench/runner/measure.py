@@ -1,15 +1,28 @@
 """One measured run: render the job file, take CPU counters, run fio, read its JSON, and turn
 both into one row of results.json."""
 
+import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import cpu
-from .fio import parse_output, render_job_file, render_precondition_file
+from .fio import (
+    first_logged_ms,
+    parse_output,
+    render_job_file,
+    render_precondition_file,
+    start_spread_seconds,
+)
 from .shell import Shell
 from .workloads import Point
+
+
+# A run whose fio jobs began measuring further apart than this share of the runtime is run
+# again (at most ATTEMPTS_MAX times in all): fio's sum of their rates would overstate it.
+START_SPREAD_SHARE_MAX = 0.2
+ATTEMPTS_MAX = 3
 
 
 @dataclass
@@ -45,22 +58,45 @@ def run_point(
     connections = target.connections()
     if target.kind != "baseline":
         connections = connections * settings.client_jobs
+    run_name = f"{target.name}-{state}-{point.key}-run{rep}"
+    output_path = out_dir / "raw" / f"{run_name}.json"
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    job_count = len(connections) * len(streams)
+    log_prefix = str(output_path.with_suffix("")) if job_count > 1 else None
     job_path = out_dir / "jobs" / f"{target.name}-{state}-{point.key}.fio"
     job_path.parent.mkdir(parents=True, exist_ok=True)
     job_path.write_text(
-        render_job_file(connections, streams, settings.ramp_seconds, settings.runtime_seconds)
+        render_job_file(
+            connections, streams, settings.ramp_seconds, settings.runtime_seconds, log_prefix
+        )
     )
-    output_path = out_dir / "raw" / f"{target.name}-{state}-{point.key}-run{rep}.json"
-    output_path.parent.mkdir(parents=True, exist_ok=True)
 
-    keeper = target.rebuild_keeper() if state == "rebuilding" else nullcontext()
     server_pids = target.server_pids()
-    before = cpu.snapshot(server_pids)
-    started = time.monotonic()
-    with keeper:
-        shell.run(["fio", "--output-format=json", f"--output={output_path}", str(job_path)])
-    wall_seconds = time.monotonic() - started
-    after = cpu.snapshot(server_pids)
+    for attempt in range(1, ATTEMPTS_MAX + 1):
+        log_paths = []
+        if log_prefix is not None:
+            log_paths = [Path(f"{log_prefix}_iops.{job}.log") for job in range(1, job_count + 1)]
+        for path in log_paths:
+            path.unlink(missing_ok=True)
+        keeper = target.rebuild_keeper() if state == "rebuilding" else nullcontext()
+        before = cpu.snapshot(server_pids)
+        started = time.monotonic()
+        with keeper:
+            shell.run(["fio", "--output-format=json", f"--output={output_path}", str(job_path)])
+        wall_seconds = time.monotonic() - started
+        after = cpu.snapshot(server_pids)
+        spread = None
+        if log_paths:
+            spread = start_spread_seconds(
+                [first_logged_ms(path.read_text()) if path.exists() else None for path in log_paths]
+            )
+        if spread is None or spread <= START_SPREAD_SHARE_MAX * settings.runtime_seconds:
+            break
+        shell.note(
+            f"{run_name}: its {job_count} jobs began measuring {spread:.1f} s apart in a "
+            f"{settings.runtime_seconds:g} s run"
+            + ("; running it again" if attempt < ATTEMPTS_MAX else "")
+        )
 
     groups = parse_output(output_path.read_text())
     measured = groups[0]
@@ -99,6 +135,10 @@ def run_point(
         "wall_seconds": wall_seconds,
         "iops_per_server_cpu_percent": iops / server_cpu_percent if server_cpu_percent > 0 else None,
         "rate_limit_iops": streams[0].rate_iops_total,
+        "attempts": attempt,
+        # None for a single fio job; else how far apart its jobs began measuring (-1: a job
+        # logged nothing).
+        "jobs_start_spread_seconds": spread if spread is None or math.isfinite(spread) else -1.0,
     }
     if len(groups) > 1:
         row["write_stream_iops"] = groups[1].write.iops

@@ -6,6 +6,7 @@ import statistics
 from pathlib import Path
 
 from . import catalog, goals
+from .measure import ATTEMPTS_MAX, START_SPREAD_SHARE_MAX
 from .shell import say
 from .stats import CV_FLAG, Figure, fold, ratio
 from .workloads import corner_points, sweep_points
@@ -113,6 +114,26 @@ class Report:
         multi = [key for key, figure in self.figures.items() if figure.runs > 1]
         if multi:
             notes.append(f"{len(noisy)} of {len(multi)} points have an IOPS CV above {CV_FLAG:.0%}.")
+        repeated = [row for row in self.rows if row.get("attempts", 1) > 1]
+        if repeated:
+            notes.append(
+                f"{len(repeated)} runs were run again because their fio jobs began measuring "
+                f"more than {START_SPREAD_SHARE_MAX:.0%} of the runtime apart (fio adds up the "
+                "jobs' rates as if they ran together)."
+            )
+        runtime = self.meta.get("settings", {}).get("runtime_seconds")
+        spread_out = [
+            row
+            for row in self.rows
+            if runtime
+            and row.get("jobs_start_spread_seconds") is not None
+            and not 0 <= row["jobs_start_spread_seconds"] <= START_SPREAD_SHARE_MAX * runtime
+        ]
+        if spread_out:
+            notes.append(
+                f"{len(spread_out)} runs kept jobs that began measuring apart after "
+                f"{ATTEMPTS_MAX} attempts: their IOPS overstate what the server did."
+            )
         others = [row["other_cpu_seconds"] / row["wall_seconds"] for row in self.rows if row.get("wall_seconds")]
         if others:
             notes.append(

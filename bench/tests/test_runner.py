@@ -11,7 +11,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from runner import cpu, goals, stats  # noqa: E402
 from runner.rebuild import report as rebuild_report  # noqa: E402
 from runner.scaling import report as scaling_report  # noqa: E402
-from runner.fio import Connection, Stream, parse_output, render_job_file, seconds_option  # noqa: E402
+from runner.fio import (  # noqa: E402
+    Connection,
+    Stream,
+    first_logged_ms,
+    parse_output,
+    render_job_file,
+    seconds_option,
+    start_spread_seconds,
+)
 from runner.stats import Figure  # noqa: E402
 from runner.workloads import CORNERS, Point, corner_points, sweep_points  # noqa: E402
 
@@ -68,6 +76,30 @@ class JobFiles(unittest.TestCase):
         self.assertEqual(seconds_option(0.5), "500ms")
         self.assertEqual(seconds_option(3), "3")
         self.assertEqual(seconds_option(1.25), "1250ms")
+
+
+class JobTiming(unittest.TestCase):
+    def test_iops_logs_are_asked_for_with_wall_clock_times(self):
+        connections = [Connection.nbd(f"nbd+unix:///?socket=/s{i}", 1 << 20) for i in range(2)]
+        text = render_job_file(connections, [Stream("randread", 4096, 32)], 1.0, 3.0, "/r/x-run1")
+        global_section = text[: text.index("[s0c0]")]
+        self.assertIn("write_iops_log=/r/x-run1\n", global_section)
+        self.assertIn("log_avg_msec=100\n", global_section)
+        self.assertIn("log_unix_epoch=1\n", global_section)
+        self.assertNotIn("write_iops_log", render_job_file(connections, [Stream("read", 4096, 1)], 1.0, 3.0))
+
+    def test_first_line_of_a_log(self):
+        log = "1764316800100, 51234, 0, 4096, 0\n1764316800200, 50877, 0, 4096, 0\n"
+        self.assertEqual(first_logged_ms(log), 1764316800100)
+        self.assertIsNone(first_logged_ms("\n"))
+
+    def test_spread_of_starts(self):
+        # The run seen on 2026-11-28: four jobs within 0.6 s, the fifth 3.0 s after the first.
+        firsts = [1000, 1200, 4000, 1600, 1000]
+        self.assertAlmostEqual(start_spread_seconds(firsts), 3.0)
+        self.assertAlmostEqual(start_spread_seconds([5000, 5100]), 0.1)
+        self.assertEqual(start_spread_seconds([5000, None]), float("inf"))
+        self.assertEqual(start_spread_seconds([]), float("inf"))
 
 
 class Workloads(unittest.TestCase):
