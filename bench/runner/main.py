@@ -341,7 +341,8 @@ def main(argv: list[str]) -> int:
     finally:
         meta["finished_utc"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         meta["notes"] = bench.notes
-        meta["daemon_log_tail"] = tail(options.workdir / "tessera" / "daemon.log", 20)
+        # Enough lines that a panic's message comes with its whole backtrace.
+        meta["daemon_log_tail"] = tail(options.workdir / "tessera" / "daemon.log", 80)
         daemon.stop()
         clean_workdir(shell, options.workdir)
         priority.restore_autogroup(previous_autogroup_nice)
