@@ -43,6 +43,27 @@ impl<'a> Access<'a> {
         unsafe { std::slice::from_raw_parts_mut(self.pool.base.as_ptr().add(start), len) }
     }
 
+    /// Copies a slice's bytes into `destination` without keeping a borrow, so that any number
+    /// of slices can be copied through one `Access` (a journal batch gathers a payload of every
+    /// write of every entry). The slice must overlap no writable borrow, which `destination`
+    /// may be part of.
+    pub fn copy_into(&self, slice: BufferSlice, destination: &mut [u8]) {
+        let (start, len) = self.pool.range(slice);
+        let end = start + len;
+        for &(other_start, other_end, other_writable) in &self.borrowed[..self.count] {
+            assert!(
+                !(other_writable && start < other_end && other_start < end),
+                "aliasing borrow of the buffer arena: {slice:?}"
+            );
+        }
+        assert_eq!(destination.len(), len, "a copy fills its destination");
+        // SAFETY: `range` verified the slice lies in a live buffer; it overlaps no writable
+        // borrow (checked above), and the pool is exclusively borrowed for 'a, so nothing else
+        // writes it; `destination` is a distinct &mut, so it cannot alias a shared read.
+        let source = unsafe { std::slice::from_raw_parts(self.pool.base.as_ptr().add(start), len) };
+        destination.copy_from_slice(source);
+    }
+
     fn claim(&mut self, slice: BufferSlice, writable: bool) -> (usize, usize) {
         let (start, len) = self.pool.range(slice);
         let end = start + len;
@@ -68,6 +89,35 @@ impl<'a> Access<'a> {
 #[cfg(test)]
 mod tests {
     use crate::{BufferPool, BufferSlice};
+
+    #[test]
+    fn copies_keep_no_borrow() {
+        let mut pool = BufferPool::new(4 << 20);
+        let source = pool.alloc(4096).unwrap();
+        let target = pool.alloc(4096 * 128).unwrap();
+        for (index, byte) in pool.slice_mut(source).iter_mut().enumerate() {
+            *byte = (index % 251) as u8;
+        }
+        let expected: Vec<u8> = (0..4096).map(|index| (index % 251) as u8).collect();
+        let mut access = pool.access();
+        let out = access.get_mut(BufferSlice::new(target, 0, 4096 * 128));
+        // More copies than `get` may hold borrows at once (128 against 96).
+        for chunk in out.chunks_mut(4096) {
+            access.copy_into(BufferSlice::new(source, 0, 4096), chunk);
+        }
+        assert!(out.chunks(4096).all(|chunk| chunk == &expected[..]));
+    }
+
+    #[test]
+    #[should_panic(expected = "aliasing borrow")]
+    fn a_copy_from_a_writable_borrow_is_refused() {
+        let mut pool = BufferPool::new(1 << 20);
+        let a = pool.alloc(8192).unwrap();
+        let mut access = pool.access();
+        let _write = access.get_mut(BufferSlice::new(a, 0, 8192));
+        let mut elsewhere = [0u8; 4096];
+        access.copy_into(BufferSlice::new(a, 4096, 4096), &mut elsewhere);
+    }
 
     #[test]
     fn disjoint_reads_and_writes_coexist() {

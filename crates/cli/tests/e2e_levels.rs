@@ -40,3 +40,24 @@ fn every_level_healthy_and_degraded() {
     level_round(&daemon, "5", 4, 1);
     level_round(&daemon, "6", 5, 2);
 }
+
+/// A degraded RAID6 group journals every write (`degrade_only`), each with its data and both
+/// parities; with 128 writes in flight a batch gathers more payloads than a batch could once
+/// borrow at a time, which stopped the daemon.
+#[test]
+fn degraded_raid6_under_a_deep_queue_of_small_writes() {
+    if !have("fio") {
+        return;
+    }
+    let daemon = Daemon::start();
+    let uri = daemon.group_with_vd("6", 6, 512 << 20, "vd-deep", 1 << 30);
+    let dg = daemon.json(&["vd", "describe", "vd-deep"])["dg"].to_string();
+    let pd = daemon.group_members(&dg)[0]["pd"].to_string();
+    daemon.ok(&["pd", "fail", &pd]);
+    fio_verify(
+        &uri,
+        "64M",
+        &["--randseed=13", "--bsrange=4k-4k", "--iodepth=128"],
+        daemon.dir.path(),
+    );
+}

@@ -914,9 +914,7 @@ impl Engine {
                 sequence,
                 retired_below,
                 &descriptors,
-                |entry, write, bytes| {
-                    bytes.copy_from_slice(access.get(entries[entry].payload[write]))
-                },
+                |entry, write, bytes| access.copy_into(entries[entry].payload[write], bytes),
             );
         }
         let mut intents = smallvec::SmallVec::new();
