@@ -72,10 +72,10 @@ def run_point(
     )
 
     server_pids = target.server_pids()
+    log_paths = []
+    if log_prefix is not None:
+        log_paths = [Path(f"{log_prefix}_iops.{job}.log") for job in range(1, job_count + 1)]
     for attempt in range(1, ATTEMPTS_MAX + 1):
-        log_paths = []
-        if log_prefix is not None:
-            log_paths = [Path(f"{log_prefix}_iops.{job}.log") for job in range(1, job_count + 1)]
         for path in log_paths:
             path.unlink(missing_ok=True)
         keeper = target.rebuild_keeper() if state == "rebuilding" else nullcontext()

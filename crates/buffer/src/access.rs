@@ -49,13 +49,7 @@ impl<'a> Access<'a> {
     /// may be part of.
     pub fn copy_into(&self, slice: BufferSlice, destination: &mut [u8]) {
         let (start, len) = self.pool.range(slice);
-        let end = start + len;
-        for &(other_start, other_end, other_writable) in &self.borrowed[..self.count] {
-            assert!(
-                !(other_writable && start < other_end && other_start < end),
-                "aliasing borrow of the buffer arena: {slice:?}"
-            );
-        }
+        self.check_aliasing(slice, start, start + len, false);
         assert_eq!(destination.len(), len, "a copy fills its destination");
         // SAFETY: `range` verified the slice lies in a live buffer; it overlaps no writable
         // borrow (checked above), and the pool is exclusively borrowed for 'a, so nothing else
@@ -64,17 +58,23 @@ impl<'a> Access<'a> {
         destination.copy_from_slice(source);
     }
 
+    /// Panics if arena bytes `start..end` (of `slice`) overlap a borrow while either is
+    /// writable.
+    fn check_aliasing(&self, slice: BufferSlice, start: usize, end: usize, writable: bool) {
+        for &(other_start, other_end, other_writable) in &self.borrowed[..self.count] {
+            let overlaps = start < other_end && other_start < end;
+            assert!(
+                !(overlaps && (writable || other_writable)),
+                "aliasing borrow of the buffer arena: {slice:?}"
+            );
+        }
+    }
+
     fn claim(&mut self, slice: BufferSlice, writable: bool) -> (usize, usize) {
         let (start, len) = self.pool.range(slice);
         let end = start + len;
         if len > 0 {
-            for &(other_start, other_end, other_writable) in &self.borrowed[..self.count] {
-                let overlaps = start < other_end && other_start < end;
-                assert!(
-                    !(overlaps && (writable || other_writable)),
-                    "aliasing borrow of the buffer arena: {slice:?}"
-                );
-            }
+            self.check_aliasing(slice, start, end, writable);
             assert!(
                 self.count < MAX_BORROWS,
                 "too many simultaneous buffer borrows"
