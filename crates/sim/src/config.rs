@@ -26,7 +26,10 @@ pub struct Config {
     pub coalesce_window_us: u64,
     pub dirty_clear_delay_us: u64,
     pub rebuild_window: usize,
+    /// Host requests in flight, unless `deep_queue` replaces it.
     pub queue_depth: usize,
+    /// One run in eight keeps a deep host queue and a larger journal.
+    pub deep_queue: Option<DeepQueue>,
     pub host_ops: u64,
     /// The part of the group's data space the workload touches (bytes from the start).
     pub working_bytes: u64,
@@ -87,7 +90,7 @@ impl Config {
         };
         let faults = rng.chance(850_000);
         let rate = |rng: &mut Rng, max: u64| if faults { rng.below(max + 1) } else { 0 };
-        Config {
+        let mut config = Config {
             seed,
             level,
             members,
@@ -99,6 +102,7 @@ impl Config {
             dirty_clear_delay_us: *rng.pick(&[1_000u64, 20_000, 200_000]),
             rebuild_window: rng.between(1, 4) as usize,
             queue_depth: rng.between(1, 24) as usize,
+            deep_queue: None,
             host_ops: rng.between(300, 1200),
             working_bytes: rng.between(1, 4) << 20,
             max_request_bytes: *rng.pick(&[4096u64, 65536, 256 << 10]),
@@ -126,14 +130,35 @@ impl Config {
             thin: false,
             // Drawn after the parity offload, for the same reason.
             batch_events: rng.chance(500_000),
+        };
+        // Drawn after the batched events, for the same reason. A host such as fio at QD128
+        // keeps far more requests waiting than 24: journal batches, stripe waits and the
+        // buffer pool then reach sizes the shallow queues never do. A journal larger than the
+        // small members' default lets its batches grow as they do on real drives.
+        if rng.chance(DEEP_QUEUE_CHANCE) {
+            config.deep_queue = Some(DeepQueue {
+                depth: rng.between(DEEP_QUEUE_MIN, DEEP_QUEUE_MAX) as usize,
+                journal_bytes: *rng.pick(&[1u64 << 20, 2 << 20]),
+            });
         }
-        .with_overrides()
+        config.with_overrides()
     }
 
     /// `TESSERA_SIM_JOURNAL=always_on|degrade_only|always_off` replaces the seed's journal mode
     /// and `TESSERA_SIM_OFFLOAD=on|off` its parity offload (to tell whether a failure depends on
-    /// them); `TESSERA_SIM_THIN=on` runs the seed's workload on a thin drive.
+    /// them); `TESSERA_SIM_THIN=on` runs the seed's workload on a thin drive;
+    /// `TESSERA_SIM_QUEUE_DEPTH=N` keeps N host requests in flight.
     fn with_overrides(mut self) -> Config {
+        if let Ok(depth) = std::env::var("TESSERA_SIM_QUEUE_DEPTH") {
+            let depth = match depth.parse::<usize>() {
+                Ok(depth) if depth > 0 => depth,
+                _ => panic!("TESSERA_SIM_QUEUE_DEPTH={depth}: not a positive number"),
+            };
+            self.queue_depth = depth;
+            if let Some(deep) = &mut self.deep_queue {
+                deep.depth = depth;
+            }
+        }
         if let Ok(thin) = std::env::var("TESSERA_SIM_THIN") {
             let thin = match thin.as_str() {
                 "1" | "on" => true,
@@ -161,7 +186,32 @@ impl Config {
     }
 }
 
+/// A deep host queue, as fio at QD128 keeps, and a journal area large enough for the batches
+/// such a queue makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeepQueue {
+    pub depth: usize,
+    pub journal_bytes: u64,
+}
+
 impl Config {
+    /// Host requests kept in flight.
+    pub fn host_queue_depth(&self) -> usize {
+        self.deep_queue.map_or(self.queue_depth, |deep| deep.depth)
+    }
+
+    /// Each member's journal area (`None`: the default for the member size).
+    pub fn journal_bytes(&self) -> Option<u64> {
+        self.deep_queue.map(|deep| deep.journal_bytes)
+    }
+
+    /// The seed as it was drawn before the deep-queue draw existed: the regression seeds
+    /// found then keep the run that found their bug.
+    pub fn shallow(mut self) -> Config {
+        self.deep_queue = None;
+        self
+    }
+
     /// The same seed with the host on a thin drive (or not). A thin drive needs eight segments
     /// of about 1 MiB and its checkpoint slots, so members grow until the group's data space
     /// holds at least `THIN_DATA_BYTES`.
@@ -182,6 +232,11 @@ impl Config {
         self
     }
 }
+
+/// Per-million chance that a run keeps a deep host queue, and how deep it then is.
+const DEEP_QUEUE_CHANCE: u64 = 125_000;
+const DEEP_QUEUE_MIN: u64 = 32;
+const DEEP_QUEUE_MAX: u64 = 128;
 
 /// The least data space a thin run's group gets.
 pub const THIN_DATA_BYTES: u64 = 16 << 20;

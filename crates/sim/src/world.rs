@@ -291,7 +291,7 @@ impl World {
                 .collect(),
             created_unix_seconds: 0,
             region_bytes: Some(self.config.region_bytes),
-            journal_bytes: None,
+            journal_bytes: self.config.journal_bytes(),
             journal_mode: self.config.journal_mode,
             journal_device: None,
             rebuild_rate_percent: self.config.rebuild_rate_percent,
@@ -335,7 +335,7 @@ impl World {
         if self.config.batch_events {
             self.held_requests = Some(std::mem::take(&mut self.spare_requests));
         }
-        while self.in_flight.len() < self.config.queue_depth
+        while self.in_flight.len() < self.config.host_queue_depth()
             && self.submitted < self.config.host_ops
         {
             if !self.submit_one() {

@@ -31,6 +31,10 @@ const REGRESSIONS: &[u64] = &[
     15091,
 ];
 
+/// Seeds whose deep host queue made journal batches of degraded RAID6 updates that held more
+/// arena borrows than one access allows (fixed in e6d126f).
+const DEEP_QUEUE_REGRESSIONS: &[u64] = &[49, 347, 358];
+
 /// Seeds that found bugs with the host on a thin drive (`TESSERA_SIM_THIN=on`): a stop
 /// while the drive was formatting, or a crash before its format was durable (3); a merge
 /// refused as an I/O error by a stop (9); restarts in quick succession that left cleaning no
@@ -55,6 +59,11 @@ fn check(seeds: impl IntoIterator<Item = u64>) {
     check_runs(seeds, run_seed)
 }
 
+/// A seed found before the deep-queue draw, run as it was then.
+fn as_found(seed: u64) -> Config {
+    Config::from_seed(seed).shallow()
+}
+
 fn check_runs(seeds: impl IntoIterator<Item = u64>, run: impl Fn(u64) -> tessera_sim::Outcome) {
     let mut failures = Vec::new();
     for seed in seeds {
@@ -72,7 +81,14 @@ fn check_runs(seeds: impl IntoIterator<Item = u64>, run: impl Fn(u64) -> tessera
 
 #[test]
 fn regression_seeds() {
-    check(REGRESSIONS.iter().copied());
+    check_runs(REGRESSIONS.iter().copied(), |seed| {
+        run_config(as_found(seed))
+    });
+}
+
+#[test]
+fn deep_queue_regression_seeds() {
+    check(DEEP_QUEUE_REGRESSIONS.iter().copied());
 }
 
 fn thin(seed: u64) -> tessera_sim::Outcome {
@@ -81,13 +97,15 @@ fn thin(seed: u64) -> tessera_sim::Outcome {
 
 #[test]
 fn thin_regression_seeds() {
-    check_runs(THIN_REGRESSIONS.iter().copied(), thin);
+    check_runs(THIN_REGRESSIONS.iter().copied(), |seed| {
+        run_config(as_found(seed).with_thin(true))
+    });
 }
 
 #[test]
 fn always_on_regression_seeds() {
     check_runs(ALWAYS_ON_REGRESSIONS.iter().copied(), |seed| {
-        let mut config = Config::from_seed(seed);
+        let mut config = as_found(seed);
         config.journal_mode = JournalMode::AlwaysOn;
         run_config(config)
     });
