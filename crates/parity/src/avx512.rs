@@ -52,6 +52,55 @@ pub(crate) struct NibbleTables {
     high: __m512i,
 }
 
+/// The loads, stores and XORs of a kernel whose register is a newtype over `__m512i`
+/// (AVX-512 with nibble tables, and with GFNI), as items of its `Vector` impl.
+macro_rules! zmm_loads_stores_and_xors {
+    ($register:ident) => {
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            // SAFETY: AVX-512F available by the trait's contract.
+            $register(unsafe { _mm512_setzero_si512() })
+        }
+
+        #[inline(always)]
+        unsafe fn load(source: *const u8) -> Self {
+            // SAFETY: readable by the caller's contract; `loadu` accepts any alignment.
+            $register(unsafe { _mm512_loadu_si512(source.cast()) })
+        }
+
+        #[inline(always)]
+        unsafe fn store(self, destination: *mut u8) {
+            // SAFETY: writable by the caller's contract; `storeu` accepts any alignment.
+            unsafe { _mm512_storeu_si512(destination.cast(), self.0) }
+        }
+
+        #[inline(always)]
+        unsafe fn store_stream(self, destination: *mut u8) {
+            // SAFETY: writable and 64-byte aligned by the caller's contract.
+            unsafe { _mm512_stream_si512(destination.cast(), self.0) }
+        }
+
+        #[inline(always)]
+        unsafe fn fence_streams() {
+            // SAFETY: SSE is part of x86-64.
+            unsafe { _mm_sfence() }
+        }
+
+        #[inline(always)]
+        unsafe fn xor(self, other: Self) -> Self {
+            // SAFETY: AVX-512F available by the trait's contract.
+            $register(unsafe { _mm512_xor_si512(self.0, other.0) })
+        }
+
+        #[inline(always)]
+        unsafe fn xor3(self, b: Self, c: Self) -> Self {
+            // SAFETY: AVX-512F available by the trait's contract.
+            $register(unsafe { _mm512_ternarylogic_epi64::<XOR3>(self.0, b.0, c.0) })
+        }
+    };
+}
+pub(crate) use zmm_loads_stores_and_xors;
+
 impl Zmm {
     /// `2 * self` without the final XOR of the data, so that `horner` can fold it into one
     /// three-way XOR: returns `(self + self, 0x1d where the top bit was set)`.
@@ -71,47 +120,7 @@ impl Vector for Zmm {
     const BYTES: usize = 64;
     type Multiplier = NibbleTables;
 
-    #[inline(always)]
-    unsafe fn zero() -> Self {
-        // SAFETY: AVX-512F available by the trait's contract.
-        Zmm(unsafe { _mm512_setzero_si512() })
-    }
-
-    #[inline(always)]
-    unsafe fn load(source: *const u8) -> Self {
-        // SAFETY: readable by the caller's contract; `loadu` accepts any alignment.
-        Zmm(unsafe { _mm512_loadu_si512(source.cast()) })
-    }
-
-    #[inline(always)]
-    unsafe fn store(self, destination: *mut u8) {
-        // SAFETY: writable by the caller's contract; `storeu` accepts any alignment.
-        unsafe { _mm512_storeu_si512(destination.cast(), self.0) }
-    }
-
-    #[inline(always)]
-    unsafe fn store_stream(self, destination: *mut u8) {
-        // SAFETY: writable and 64-byte aligned by the caller's contract.
-        unsafe { _mm512_stream_si512(destination.cast(), self.0) }
-    }
-
-    #[inline(always)]
-    unsafe fn fence_streams() {
-        // SAFETY: SSE is part of x86-64.
-        unsafe { _mm_sfence() }
-    }
-
-    #[inline(always)]
-    unsafe fn xor(self, other: Self) -> Self {
-        // SAFETY: AVX-512F available by the trait's contract.
-        Zmm(unsafe { _mm512_xor_si512(self.0, other.0) })
-    }
-
-    #[inline(always)]
-    unsafe fn xor3(self, b: Self, c: Self) -> Self {
-        // SAFETY: AVX-512F available by the trait's contract.
-        Zmm(unsafe { _mm512_ternarylogic_epi64::<XOR3>(self.0, b.0, c.0) })
-    }
+    zmm_loads_stores_and_xors!(Zmm);
 
     #[inline(always)]
     unsafe fn mul2(self) -> Self {

@@ -9,7 +9,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::avx512::XOR3;
+use crate::avx512::{XOR3, zmm_loads_stores_and_xors};
 use crate::gf;
 use crate::vector::{Vector, vector_kernel};
 
@@ -65,47 +65,7 @@ impl Vector for GfniZmm {
     const BYTES: usize = 64;
     type Multiplier = Matrix;
 
-    #[inline(always)]
-    unsafe fn zero() -> Self {
-        // SAFETY: AVX-512F available by the trait's contract.
-        GfniZmm(unsafe { _mm512_setzero_si512() })
-    }
-
-    #[inline(always)]
-    unsafe fn load(source: *const u8) -> Self {
-        // SAFETY: readable by the caller's contract; `loadu` accepts any alignment.
-        GfniZmm(unsafe { _mm512_loadu_si512(source.cast()) })
-    }
-
-    #[inline(always)]
-    unsafe fn store(self, destination: *mut u8) {
-        // SAFETY: writable by the caller's contract; `storeu` accepts any alignment.
-        unsafe { _mm512_storeu_si512(destination.cast(), self.0) }
-    }
-
-    #[inline(always)]
-    unsafe fn store_stream(self, destination: *mut u8) {
-        // SAFETY: writable and 64-byte aligned by the caller's contract.
-        unsafe { _mm512_stream_si512(destination.cast(), self.0) }
-    }
-
-    #[inline(always)]
-    unsafe fn fence_streams() {
-        // SAFETY: SSE is part of x86-64.
-        unsafe { _mm_sfence() }
-    }
-
-    #[inline(always)]
-    unsafe fn xor(self, other: Self) -> Self {
-        // SAFETY: AVX-512F available by the trait's contract.
-        GfniZmm(unsafe { _mm512_xor_si512(self.0, other.0) })
-    }
-
-    #[inline(always)]
-    unsafe fn xor3(self, b: Self, c: Self) -> Self {
-        // SAFETY: AVX-512F available by the trait's contract.
-        GfniZmm(unsafe { _mm512_ternarylogic_epi64::<XOR3>(self.0, b.0, c.0) })
-    }
+    zmm_loads_stores_and_xors!(GfniZmm);
 
     #[inline(always)]
     unsafe fn mul2(self) -> Self {
