@@ -252,13 +252,24 @@ impl Model {
 
     /// A power cut followed by the loss of members before the group came back: like `crash`,
     /// but a sector that had writes after its newest durable value may hold anything (its
-    /// stripe may have been torn and the member holding it rebuilt from the rest).
+    /// stripe may have been torn and the member holding it rebuilt from the rest). A write
+    /// that would leave the sector as it was (zeroes over zeroes) tears its stripe all the
+    /// same, so a write not yet durable counts, not only several possible values.
     pub fn crash_losing_members(&mut self) {
+        let torn: Vec<bool> = self
+            .sectors
+            .iter()
+            .map(|history| {
+                let newest_durable = newest_durable_submit(history);
+                history
+                    .iter()
+                    .any(|e| e.durable_at == NEVER && e.ack >= newest_durable)
+            })
+            .collect();
         self.crash();
-        for history in &mut self.sectors {
-            let entry = &mut history[0];
-            if entry.values.len() > 1 {
-                entry.values = vec![ANY];
+        for (history, torn) in self.sectors.iter_mut().zip(torn) {
+            if torn || history[0].values.len() > 1 {
+                history[0].values = vec![ANY];
             }
         }
     }
@@ -267,12 +278,7 @@ impl Model {
     pub fn crash(&mut self) {
         let now = self.now();
         for history in &mut self.sectors {
-            let newest_durable = history
-                .iter()
-                .filter(|e| e.durable_at != NEVER)
-                .map(|e| e.submit)
-                .max()
-                .unwrap_or(0);
+            let newest_durable = newest_durable_submit(history);
             let mut values: Vec<WriteId> = history
                 .iter()
                 .filter(|entry| entry.ack >= newest_durable)
@@ -295,6 +301,16 @@ impl Model {
         let history = &self.sectors[sector as usize];
         history.len() == 1 && history[0].values == [0]
     }
+}
+
+/// When the newest write known durable was submitted (0: the sector's first value).
+fn newest_durable_submit(history: &[Entry]) -> u64 {
+    history
+        .iter()
+        .filter(|e| e.durable_at != NEVER)
+        .map(|e| e.submit)
+        .max()
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -350,5 +366,23 @@ mod tests {
             "the first read fixed the value"
         );
         assert!(model.check_read(0, 3, s, e).is_ok());
+    }
+
+    #[test]
+    fn a_crash_losing_members_frees_sectors_of_writes_not_durable_only() {
+        let mut model = Model::new(3, true);
+        // Sector 0: zeroes written over zeroes, in flight at the cut. Sector 1: the same
+        // write, acknowledged and flushed. Sector 2: never written.
+        let _in_flight = model.write_submitted(0, &[0]);
+        let durable = model.write_submitted(1, &[0]);
+        model.write_acked(&durable, true);
+        model.crash_losing_members();
+        let (s, e) = (model.now(), model.now());
+        assert!(
+            model.check_read(0, 7, s, e).is_ok(),
+            "its stripe may be torn and the sector rebuilt from it"
+        );
+        assert!(model.check_read(1, 7, s, e).is_err(), "durable");
+        assert!(model.check_read(2, 7, s, e).is_err(), "never written");
     }
 }
