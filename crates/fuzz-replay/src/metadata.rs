@@ -143,6 +143,7 @@ pub fn journal_batch(data: &[u8]) {
         group,
         batch.header.sequence,
         batch.header.retired_below,
+        batch.header.piece,
         &batch.entries,
         |entry, write, out| {
             let at = batch.payload_offsets[entry][write] as usize;

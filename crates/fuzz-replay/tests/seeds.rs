@@ -902,6 +902,7 @@ fn journal_seeds() -> Vec<Seed> {
             group,
             sequence,
             sequence / 2,
+            false,
             entries,
             |e, w, b| {
                 b.fill(u8::try_from(e * 16 + w + 1).expect("small"));

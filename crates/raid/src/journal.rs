@@ -14,11 +14,11 @@
 //! | 48 | 4 | total bytes of the batch |
 //! | 52 | 4 | entry count |
 //! | 56 | 4 | descriptor bytes (from offset 64) |
-//! | 60 | 4 | zero |
+//! | 60 | 4 | flags: bit 0 set on one piece of a batch split over parity members |
 //! | 64 | .. | descriptors, then payload from the next 512-byte boundary |
 //!
 //! An entry descriptor is 16 bytes (kind: 1 redo, 2 intent, 3 partial parity, 4 supplied
-//! intent; three zero bytes; write count u32; stripe u64) followed by 16 bytes per write
+//! intent, 5 parity piece; three zero bytes; write count u32; stripe u64) followed by 16 bytes per write
 //! (column: data index, or 0x80 | parity index; three zero bytes; length u32; offset within the
 //! chunk u64). Redo, partial parity and supplied intent payloads follow in descriptor order,
 //! each a whole number of sectors. A partial parity entry's first write names the data column
@@ -26,6 +26,13 @@
 //! RAID6 a second write names Q (parity index 1) over the same range, its payload Q of those
 //! other columns. A supplied intent's writes name only data columns: the columns of a
 //! full-stripe write that had no member, with their new contents.
+//!
+//! A *piece* (flag bit 0) is the part of a batch that one member holds when the batch is
+//! split over the parity members of its stripes: every piece of a batch has the batch's
+//! sequence number, and holds the intents of the stripes whose parity is on its member and
+//! their partial parity entries, on RAID6 as *parity piece* entries: two writes over the same
+//! range, the data column the update wrote (no payload) and the parity column this member
+//! holds (its partial parity as payload). Replay reads every piece of a batch and joins them.
 
 use crate::geometry::Column;
 use crate::superblock::Uuid;
@@ -43,6 +50,8 @@ const KIND_REDO: u8 = 1;
 const KIND_INTENT: u8 = 2;
 const KIND_PARTIAL_PARITY: u8 = 3;
 const KIND_SUPPLIED_INTENT: u8 = 4;
+const KIND_PARITY_PIECE: u8 = 5;
+const FLAG_PIECE: u32 = 1;
 const PARITY_FLAG: u8 = 0x80;
 
 /// What replaying an entry does.
@@ -64,12 +73,26 @@ pub enum EntryKind {
     /// other data columns as they are on their members and these contents (the missing
     /// columns live only in parity, which a torn write leaves useless).
     SuppliedIntent,
+    /// One parity's share of a RAID6 partial parity entry, in a batch piece on that parity's
+    /// member: the first write names the data column the update wrote and carries nothing;
+    /// the second names the parity column, its payload that parity of the stripe's other data
+    /// columns over the same range.
+    ParityPiece,
 }
 
 impl EntryKind {
     /// Whether the entry's writes carry payload bytes.
     pub fn has_payload(self) -> bool {
         self != EntryKind::Intent
+    }
+
+    /// Whether write `write_index` of an entry of this kind carries payload bytes.
+    pub fn write_has_payload(self, write_index: usize) -> bool {
+        match self {
+            EntryKind::Intent => false,
+            EntryKind::ParityPiece => write_index == 1,
+            _ => true,
+        }
     }
 
     /// Whether the entry records a full-stripe write (replay recomputes the stripe's parity).
@@ -107,6 +130,8 @@ pub struct BatchHeader {
     pub total_bytes: u64,
     pub entry_count: u32,
     pub descriptor_bytes: u32,
+    /// One piece of a batch split over parity members (see the module documentation).
+    pub piece: bool,
 }
 
 /// A checked batch: its header, entries, and where each write's payload starts in the batch.
@@ -114,7 +139,8 @@ pub struct BatchHeader {
 pub struct Batch {
     pub header: BatchHeader,
     pub entries: Vec<EntryDescriptor>,
-    /// Per entry, per write: the payload's byte offset in the batch.
+    /// Per entry, per write that carries payload (all but an intent's, and a parity piece's
+    /// second only): the payload's byte offset in the batch.
     pub payload_offsets: Vec<Vec<u64>>,
 }
 
@@ -129,6 +155,19 @@ pub enum BatchError {
     Checksum,
     /// The checksum matches but the contents are inconsistent.
     Malformed(&'static str),
+}
+
+/// A parity piece's writes: one data column, then one parity column over the same range.
+fn parity_piece_shape(writes: &[WriteDescriptor]) -> bool {
+    match writes {
+        [data, parity] => {
+            matches!(data.column, Column::Data(_))
+                && matches!(parity.column, Column::Parity(_))
+                && parity.within_bytes == data.within_bytes
+                && parity.len_bytes == data.len_bytes
+        }
+        _ => false,
+    }
 }
 
 /// A partial parity entry's writes: one data column, then on RAID6 Q over the same range.
@@ -175,14 +214,20 @@ fn payload_start(descriptor_bytes: usize) -> usize {
 
 /// Total bytes of a batch holding `entries`.
 pub fn batch_bytes(entries: &[EntryDescriptor]) -> u64 {
-    let payload: u64 = entries
-        .iter()
-        .filter(|entry| entry.kind.has_payload())
-        .flat_map(|entry| entry.writes.iter())
-        .map(|write| write.len_bytes)
-        .sum();
+    let payload: u64 = entries.iter().map(payload_bytes).sum();
     (payload_start(descriptor_bytes(entries)) as u64 + payload).div_ceil(BATCH_ALIGN_BYTES)
         * BATCH_ALIGN_BYTES
+}
+
+/// Payload bytes of `entry`.
+fn payload_bytes(entry: &EntryDescriptor) -> u64 {
+    entry
+        .writes
+        .iter()
+        .enumerate()
+        .filter(|&(index, _)| entry.kind.write_has_payload(index))
+        .map(|(_, write)| write.len_bytes)
+        .sum()
 }
 
 /// Bytes of a batch holding one entry of `writes` writes carrying `payload_bytes` in all.
@@ -195,22 +240,20 @@ pub fn single_entry_batch_bytes(writes: usize, payload_bytes: u64) -> u64 {
 /// Bytes a batch with one more entry would take, given the current descriptor and payload
 /// totals (for deciding when to seal a batch).
 pub fn entry_cost_bytes(entry: &EntryDescriptor) -> u64 {
-    let payload: u64 = if entry.kind.has_payload() {
-        entry.writes.iter().map(|write| write.len_bytes).sum()
-    } else {
-        0
-    };
-    (DESCRIPTOR_BYTES + entry.writes.len() * WRITE_BYTES) as u64 + payload
+    (DESCRIPTOR_BYTES + entry.writes.len() * WRITE_BYTES) as u64 + payload_bytes(entry)
 }
 
-/// Writes a batch into `out` (exactly `batch_bytes(entries)` long). `payload` yields, in
-/// descriptor order, the bytes of each redo write; it is called once per write with the slice
-/// of `out` to fill.
+/// Writes a batch (or with `piece`, one piece of one) into `out` (exactly
+/// `batch_bytes(entries)` long). `payload` yields, in descriptor order, the bytes of each
+/// write that carries some; it is called once per such write with the entry's index, the
+/// write's index among the entry's writes that carry payload (as in `Batch::payload_offsets`)
+/// and the slice of `out` to fill.
 pub fn encode_batch(
     out: &mut [u8],
     group_uuid: Uuid,
     sequence: u64,
     retired_below: u64,
+    piece: bool,
     entries: &[EntryDescriptor],
     mut payload: impl FnMut(usize, usize, &mut [u8]),
 ) {
@@ -220,13 +263,7 @@ pub fn encode_batch(
     // Payloads are written whole below, so only the rest is cleared (zeroing the whole batch
     // first cost as much as copying the payloads).
     let payload_begin = payload_start(descriptors);
-    let payload_end = payload_begin
-        + entries
-            .iter()
-            .filter(|entry| entry.kind.has_payload())
-            .flat_map(|entry| entry.writes.iter())
-            .map(|write| write.len_bytes as usize)
-            .sum::<usize>();
+    let payload_end = payload_begin + entries.iter().map(payload_bytes).sum::<u64>() as usize;
     out[..payload_begin].fill(0);
     out[payload_end..].fill(0);
     out[0..8].copy_from_slice(&BATCH_MAGIC);
@@ -245,6 +282,7 @@ pub fn encode_batch(
             .expect("descriptors fit u32")
             .to_le_bytes(),
     );
+    out[60..64].copy_from_slice(&(if piece { FLAG_PIECE } else { 0 }).to_le_bytes());
     let mut at = HEADER_BYTES;
     let mut payload_at = payload_start(descriptors);
     for (entry_index, entry) in entries.iter().enumerate() {
@@ -253,6 +291,7 @@ pub fn encode_batch(
             EntryKind::Intent => KIND_INTENT,
             EntryKind::PartialParity => KIND_PARTIAL_PARITY,
             EntryKind::SuppliedIntent => KIND_SUPPLIED_INTENT,
+            EntryKind::ParityPiece => KIND_PARITY_PIECE,
         };
         out[at + 4..at + 8].copy_from_slice(
             &u32::try_from(entry.writes.len())
@@ -261,6 +300,7 @@ pub fn encode_batch(
         );
         out[at + 8..at + 16].copy_from_slice(&entry.stripe.to_le_bytes());
         at += DESCRIPTOR_BYTES;
+        let mut payload_index = 0;
         for (write_index, write) in entry.writes.iter().enumerate() {
             assert_eq!(
                 write.len_bytes % PAYLOAD_ALIGN_BYTES as u64,
@@ -275,13 +315,14 @@ pub fn encode_batch(
             );
             out[at + 8..at + 16].copy_from_slice(&write.within_bytes.to_le_bytes());
             at += WRITE_BYTES;
-            if entry.kind.has_payload() {
+            if entry.kind.write_has_payload(write_index) {
                 let len = write.len_bytes as usize;
                 payload(
                     entry_index,
-                    write_index,
+                    payload_index,
                     &mut out[payload_at..payload_at + len],
                 );
+                payload_index += 1;
                 payload_at += len;
             }
         }
@@ -311,6 +352,7 @@ pub fn decode_header(bytes: &[u8], group_uuid: Uuid) -> Result<BatchHeader, Batc
         total_bytes,
         entry_count: u32_at(52),
         descriptor_bytes: u32_at(56),
+        piece: u32_at(60) & FLAG_PIECE != 0,
     })
 }
 
@@ -346,6 +388,7 @@ pub fn decode_batch(bytes: &[u8], group_uuid: Uuid) -> Result<Batch, BatchError>
             KIND_INTENT => EntryKind::Intent,
             KIND_PARTIAL_PARITY => EntryKind::PartialParity,
             KIND_SUPPLIED_INTENT => EntryKind::SuppliedIntent,
+            KIND_PARITY_PIECE => EntryKind::ParityPiece,
             _ => return Err(BatchError::Malformed("entry kind")),
         };
         let writes = u32::from_le_bytes(image[at + 4..at + 8].try_into().expect("4 bytes"));
@@ -357,7 +400,7 @@ pub fn decode_batch(bytes: &[u8], group_uuid: Uuid) -> Result<Batch, BatchError>
             writes: EntryWrites::new(),
         };
         let mut offsets = Vec::new();
-        for _ in 0..writes {
+        for write_index in 0..writes as usize {
             if at + WRITE_BYTES > end {
                 return Err(BatchError::Malformed("write beyond the descriptor area"));
             }
@@ -377,7 +420,7 @@ pub fn decode_batch(bytes: &[u8], group_uuid: Uuid) -> Result<Batch, BatchError>
                 len_bytes,
             });
             at += WRITE_BYTES;
-            if kind.has_payload() {
+            if kind.write_has_payload(write_index) {
                 offsets.push(payload_at);
                 payload_at += len_bytes;
             }
@@ -385,6 +428,16 @@ pub fn decode_batch(bytes: &[u8], group_uuid: Uuid) -> Result<Batch, BatchError>
         if kind == EntryKind::PartialParity && !partial_parity_shape(&entry.writes) {
             return Err(BatchError::Malformed(
                 "partial parity names one data column, then optionally Q over its range",
+            ));
+        }
+        if kind == EntryKind::ParityPiece && !parity_piece_shape(&entry.writes) {
+            return Err(BatchError::Malformed(
+                "a parity piece names one data column, then one parity column over its range",
+            ));
+        }
+        if kind == EntryKind::ParityPiece && !header.piece {
+            return Err(BatchError::Malformed(
+                "a parity piece outside a batch piece",
             ));
         }
         if kind == EntryKind::SuppliedIntent
@@ -456,16 +509,94 @@ mod tests {
         ]
     }
 
-    fn encode_over(entries: &[EntryDescriptor], fill: u8) -> Vec<u8> {
+    fn encode_piece_over(entries: &[EntryDescriptor], piece: bool, fill: u8) -> Vec<u8> {
         let mut out = vec![fill; batch_bytes(entries) as usize];
-        encode_batch(&mut out, uuid(3), 42, 40, entries, |entry, write, bytes| {
-            bytes.fill((entry * 16 + write + 1) as u8)
-        });
+        encode_batch(
+            &mut out,
+            uuid(3),
+            42,
+            40,
+            piece,
+            entries,
+            |entry, write, bytes| bytes.fill((entry * 16 + write + 1) as u8),
+        );
         out
+    }
+
+    fn encode_over(entries: &[EntryDescriptor], fill: u8) -> Vec<u8> {
+        encode_piece_over(entries, false, fill)
     }
 
     fn encode(entries: &[EntryDescriptor]) -> Vec<u8> {
         encode_over(entries, 0)
+    }
+
+    #[test]
+    fn a_parity_piece_carries_only_its_parity_and_lives_in_a_piece() {
+        let write = |column| WriteDescriptor {
+            column,
+            within_bytes: 1024,
+            len_bytes: 1024,
+        };
+        let piece = |parity| EntryDescriptor {
+            kind: EntryKind::ParityPiece,
+            stripe: 5,
+            writes: vec![write(Column::Data(1)), write(Column::Parity(parity))].into(),
+        };
+        let entries = vec![
+            piece(1),
+            EntryDescriptor {
+                kind: EntryKind::Intent,
+                stripe: 6,
+                writes: EntryWrites::new(),
+            },
+            piece(0),
+        ];
+        // Header, descriptors (16 + 32, 16, 16 + 32) and two 1 KiB payloads, not four.
+        let image = encode_piece_over(&entries, true, 0x5a);
+        assert_eq!(image.len() as u64, BATCH_ALIGN_BYTES);
+        let batch = decode_batch(&image, uuid(3)).unwrap();
+        assert!(batch.header.piece);
+        assert_eq!(batch.entries, entries);
+        let start = payload_start(descriptor_bytes(&entries)) as u64;
+        assert_eq!(
+            batch.payload_offsets,
+            vec![vec![start], vec![], vec![start + 1024]]
+        );
+        // Each piece's one payload is its second write's.
+        let at = |offset: u64| image[offset as usize];
+        assert_eq!((at(start), at(start + 1024)), (1, 33));
+        assert!(!decode_batch(&encode(&[]), uuid(3)).unwrap().header.piece);
+        // Outside a piece, or in any other shape, a parity piece is refused.
+        assert_eq!(
+            decode_batch(&encode(&entries), uuid(3)),
+            Err(BatchError::Malformed(
+                "a parity piece outside a batch piece"
+            ))
+        );
+        for writes in [
+            vec![write(Column::Data(1))],
+            vec![write(Column::Parity(0)), write(Column::Data(1))],
+            vec![write(Column::Data(1)), write(Column::Data(2))],
+            vec![
+                write(Column::Data(1)),
+                WriteDescriptor {
+                    column: Column::Parity(0),
+                    within_bytes: 0,
+                    len_bytes: 1024,
+                },
+            ],
+        ] {
+            let bad = [EntryDescriptor {
+                kind: EntryKind::ParityPiece,
+                stripe: 5,
+                writes: writes.into(),
+            }];
+            assert!(matches!(
+                decode_batch(&encode_piece_over(&bad, true, 0), uuid(3)),
+                Err(BatchError::Malformed(_))
+            ));
+        }
     }
 
     #[test]

@@ -93,11 +93,29 @@ enum Target {
 /// writes carried out.
 fn run_until_stuck(
     h: &mut Harness,
+    keep: impl FnMut(usize, u64, Target) -> bool,
+) -> Vec<(usize, u64)> {
+    run_until_stuck_in_rounds(h, false, keep)
+}
+
+/// `run_until_stuck`, but with `together`, the commands given out at once are carried out
+/// before the engine hears of any: updates whose reads finish together share a batch.
+fn run_until_stuck_in_rounds(
+    h: &mut Harness,
+    together: bool,
     mut keep: impl FnMut(usize, u64, Target) -> bool,
 ) -> Vec<(usize, u64)> {
     let data_offset = h.data_offset_bytes();
     let mut journal_writes = Vec::new();
-    while let Some(command) = h.engine.poll() {
+    let mut round = Vec::new();
+    loop {
+        let Some(command) = h.engine.poll() else {
+            if round.is_empty() {
+                break;
+            }
+            h.engine.complete_all(round.drain(..));
+            continue;
+        };
         let Command::Member(command) = command else {
             continue;
         };
@@ -134,7 +152,11 @@ fn run_until_stuck(
             }
             MemberOp::Flush => Ok(()),
         };
-        h.engine.complete(command.id, result);
+        if together {
+            round.push((command.id, result));
+        } else {
+            h.engine.complete(command.id, result);
+        }
     }
     journal_writes
 }
@@ -987,9 +1009,18 @@ fn losses_up_to_two(members: usize) -> Vec<Vec<usize>> {
 /// Q (where their members are present) agree with its data: the data chunks as their members
 /// hold them, a missing one (at most one, with P present) taken from P.
 fn assert_p_and_q_agree(h: &Harness, data_chunks: usize) {
-    let at = h.data_offset_bytes() as usize;
+    assert_p_and_q_agree_in(h, 0, data_chunks);
+}
+
+/// `assert_p_and_q_agree` for stripe `stripe` (one chunk a member, so row `stripe`).
+fn assert_p_and_q_agree_in(h: &Harness, stripe: u64, data_chunks: usize) {
+    let at = (h.data_offset_bytes() + stripe * CHUNK) as usize;
+    let geometry = h.engine.geometry();
     let image = |column| {
-        let member = holder(h, column);
+        let member = match column {
+            Column::Data(index) => geometry.data_placement(stripe, index, 0).member,
+            Column::Parity(which) => geometry.parity_placement(stripe, which).member,
+        };
         let image = &h.members[member];
         (!image.is_empty()).then(|| image[at..at + CHUNK as usize].to_vec())
     };
@@ -1029,7 +1060,8 @@ fn assert_p_and_q_agree(h: &Harness, data_chunks: usize) {
 #[test]
 fn a_raid6_one_chunk_update_journals_p_and_q_partial_parity_on_its_parity_members() {
     // Five members take reconstruct-write for a one-chunk update (two reads), seven
-    // read-modify-write (three): both leave the partial P and Q in the batch. The update of
+    // read-modify-write (three): both leave the partial P on P's member and the partial Q on
+    // Q's, each in its piece of the batch. The update of
     // chunk 1 is torn in every way (each of its data, P and Q writes lands or not), then any
     // one or two members are lost: chunks the update did not touch read back exact, chunk 1
     // old or new whole (new when its member kept the data), and P and Q agree with the data.
@@ -1055,11 +1087,11 @@ fn a_raid6_one_chunk_update_journals_p_and_q_partial_parity_on_its_parity_member
                 let homes: Vec<usize> = copies.iter().map(|&(member, _)| member).collect();
                 let mut parity_members = vec![p, q];
                 parity_members.sort_unstable();
-                assert_eq!(homes, parity_members, "one copy on each parity member");
+                assert_eq!(homes, parity_members, "one piece on each parity member");
                 assert_eq!(
                     h.engine.status().counters.journal_bytes - before,
-                    2 * 12288,
-                    "per copy a header, partial P and partial Q"
+                    2 * 8192,
+                    "per piece a header and its own parity's partial parity"
                 );
                 let case = format!("{members} members, lands {lands:03b}, lost {lost:?}");
                 let images = crash_and_lose(h, &lost);
@@ -1078,6 +1110,109 @@ fn a_raid6_one_chunk_update_journals_p_and_q_partial_parity_on_its_parity_member
                     }
                 }
                 assert_p_and_q_agree(&h, data_chunks);
+            }
+        }
+    }
+}
+
+/// One batch with one-chunk updates of two RAID6 stripes whose parities sit on different
+/// members is split into a piece per parity member, each with only its own parity's partial
+/// parity (a piece on the member holding P of one stripe and Q of the other holds both).
+/// Every way the updates' data and parity writes land or not, then any one or two members
+/// lost: untouched chunks read back exact, the updated ones old or new whole, and P and Q of
+/// both stripes agree with their data.
+#[test]
+fn a_batch_over_stripes_with_other_parity_members_goes_in_a_piece_to_each() {
+    const MEMBERS: usize = 6;
+    const DATA_CHUNKS: u64 = MEMBERS as u64 - 2;
+    let updates = [(0u64, 1usize, 0xB1u8), (1, 1, 0xB5)];
+    for lands in [
+        0u8, 0b111111, 0b000111, 0b111000, 0b101010, 0b010101, 0b100100, 0b011011,
+    ] {
+        for lost in losses_up_to_two(MEMBERS) {
+            let mut h = started(Level::Raid6, MEMBERS, JournalMode::AlwaysOn);
+            for chunk in 0..2 * DATA_CHUNKS {
+                h.write(chunk * CHUNK, &[0xA0 + chunk as u8; CHUNK as usize])
+                    .unwrap();
+            }
+            h.flush().unwrap();
+            // The first batch after the flush carries its retirement point, in rotation.
+            h.write(CHUNK, &[0xA1; CHUNK as usize]).unwrap();
+            let geometry = *h.engine.geometry();
+            // Bit 3u + 0, 1, 2: update u's data, P and Q writes land.
+            let mut targets = Vec::new();
+            for (u, &(stripe, index, _)) in updates.iter().enumerate() {
+                let d = geometry.data_placement(stripe, index, 0).member;
+                let p = geometry.parity_placement(stripe, 0).member;
+                let q = geometry.parity_placement(stripe, 1).member;
+                for (bit, member) in [d, p, q].into_iter().enumerate() {
+                    targets.push((member, stripe, lands >> (3 * u + bit) & 1 != 0));
+                }
+            }
+            let mut homes: Vec<usize> = targets[1..3]
+                .iter()
+                .chain(&targets[4..6])
+                .map(|&(member, _, _)| member)
+                .collect();
+            homes.sort_unstable();
+            homes.dedup();
+            assert_eq!(homes.len(), 3, "the stripes share one parity member");
+            let before = h.engine.status().counters;
+            for &(stripe, index, byte) in &updates {
+                let chunk = stripe * DATA_CHUNKS + index as u64;
+                h.submit_write(chunk * CHUNK, &[byte; CHUNK as usize]);
+            }
+            let data_offset = h.data_offset_bytes();
+            let mut pieces = run_until_stuck_in_rounds(&mut h, true, |member, offset, target| {
+                let row = offset.saturating_sub(data_offset) / CHUNK;
+                target == Target::Journal
+                    || targets
+                        .iter()
+                        .any(|&(m, stripe, land)| m == member && stripe == row && land)
+            });
+            let after = h.engine.status().counters;
+            assert_eq!(
+                after.journal_batches - before.journal_batches,
+                1,
+                "one batch"
+            );
+            pieces.sort_unstable();
+            let members: Vec<usize> = pieces.iter().map(|&(member, _)| member).collect();
+            assert_eq!(members, homes, "one piece on each parity member");
+            // A piece is its header and descriptors (512 bytes) and a chunk of partial parity
+            // per entry, in whole 4 KiB blocks: 8 KiB, and 12 KiB on the shared member.
+            assert_eq!(
+                after.journal_bytes - before.journal_bytes,
+                2 * 8192 + 12288,
+                "each piece a header and its member's partial parities"
+            );
+            let case = format!("lands {lands:06b}, lost {lost:?}");
+            let images = crash_and_lose(h, &lost);
+            let mut h = Harness::assemble(images, config(), parity());
+            for chunk in 0..2 * DATA_CHUNKS {
+                let read = h.read(chunk * CHUNK, CHUNK).expect("within redundancy");
+                let old = 0xA0 + chunk as u8;
+                let updated = updates
+                    .iter()
+                    .enumerate()
+                    .find(|&(_, &(stripe, index, _))| stripe * DATA_CHUNKS + index as u64 == chunk);
+                match updated {
+                    None => assert_filled(&read, old, &format!("{case}: chunk {chunk}")),
+                    Some((u, &(_, _, byte))) => {
+                        let (member, _, landed) = targets[3 * u];
+                        if landed && !lost.contains(&member) {
+                            assert_filled(&read, byte, &format!("{case}: chunk {chunk}"));
+                        } else {
+                            assert!(
+                                filled_with(&read, byte) || filled_with(&read, old),
+                                "{case}: chunk {chunk} holds its old or its new contents, whole"
+                            );
+                        }
+                    }
+                }
+            }
+            for stripe in 0..2 {
+                assert_p_and_q_agree_in(&h, stripe, DATA_CHUNKS as usize);
             }
         }
     }

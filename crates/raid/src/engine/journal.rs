@@ -20,6 +20,11 @@ pub(super) const MAX_BATCHES_IN_FLIGHT: usize = 2;
 /// Finished batches kept before a flush retires them, however large the ring: bounds the
 /// bookkeeping (and what a replay after a crash has to redo) on a big journal device.
 const RETIRE_AFTER_BATCHES: usize = 4096;
+/// What a journal write costs beyond its bytes, counted in bytes, when choosing between whole
+/// copies of a batch and pieces (`Engine::plan_pieces`): a batch of a few RAID5 entries on
+/// parity members all different would take more writes than it saves bytes. A 4 KiB write to
+/// a tmpfs member costs its event loop about what copying 16 KiB does.
+const WRITE_COST_BYTES: u64 = 16 << 10;
 
 /// One member's journal area, used as a ring of batches.
 #[derive(Default)]
@@ -123,14 +128,15 @@ struct BatchState {
     stage: BatchStage,
     ops: smallvec::SmallVec<[OpId; 8]>,
     ops_left: u32,
-    buffer: Option<BatchBuffer>,
-    /// Copy writes outstanding (each a FUA write).
+    /// The image written whole to every copy, or one per piece; empty once durable.
+    buffers: smallvec::SmallVec<[BatchBuffer; 2]>,
+    /// Copy (or piece) writes outstanding (each a FUA write).
     pending_io: u32,
     copies_ok: u32,
-    /// Written alone to its entries' parity members (`Engine::batch_home`): a replay after
-    /// those members are lost will not see the retirement point it carries, so that point is
-    /// not durable for the rules that depend on one.
-    home: bool,
+    /// Split into pieces on its entries' parity members (`Engine::plan_pieces`): a replay
+    /// after those members are lost will not see the retirement point it carries, so that
+    /// point is not durable for the rules that depend on one.
+    pieces: bool,
     carried_retired_below: u64,
     intents: smallvec::SmallVec<[u64; 8]>,
     /// Stripes of its partial parity entries.
@@ -216,10 +222,32 @@ pub(crate) struct Journal {
     /// their capacity.
     sealing_descriptors: Vec<EntryDescriptor>,
     sealing_entries: Vec<OpenEntry>,
+    /// The plan and one piece's descriptors of a batch being split, kept likewise.
+    piece_plan: Vec<PieceItem>,
+    piece_descriptors: Vec<EntryDescriptor>,
 }
 
 /// Where a batch's copies go: (member, start within its ring).
 type Places = smallvec::SmallVec<[(usize, u64); 3]>;
+
+/// A batch's pieces: buffer, member, and start in that member's ring.
+type Pieces = smallvec::SmallVec<[(BatchBuffer, usize, u64); 4]>;
+
+/// One entry's share of one piece: its stripe's parity `parity` is on `member`.
+#[derive(Clone, Copy, Debug)]
+struct PieceItem {
+    member: usize,
+    entry: usize,
+    parity: usize,
+}
+
+/// How a sealed batch is written.
+enum Copies {
+    /// One image, whole at each place.
+    Whole { buffer: BatchBuffer, places: Places },
+    /// One piece per parity member (`Engine::plan_pieces`).
+    Pieces(Pieces),
+}
 
 /// What operators see of the journal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -269,6 +297,8 @@ impl Journal {
             replay: None,
             sealing_descriptors: Vec::new(),
             sealing_entries: Vec::new(),
+            piece_plan: Vec::new(),
+            piece_descriptors: Vec::new(),
         }
     }
 
@@ -724,22 +754,8 @@ impl Engine {
     }
 
     /// Members for the copies of a batch of `len` bytes, with where it goes on each; `None`
-    /// when too few have room. A batch with a `home` (see `batch_home`) goes there alone when
-    /// its ring has room, and in rotation otherwise.
-    fn place_batch(&mut self, len: u64, reserve: u64, home: Option<&[usize]>) -> Option<Places> {
-        if let Some(home) = home {
-            let ring_bytes = self.journal.ring_bytes;
-            let places: Places = home
-                .iter()
-                .map_while(|&member| {
-                    let start = self.journal.ring(member).place(ring_bytes, len, reserve)?;
-                    Some((member, start))
-                })
-                .collect();
-            if places.len() == home.len() {
-                return Some(places);
-            }
-        }
+    /// when too few have room: `parity + 1` data members in rotation, or the journal device.
+    fn place_batch(&mut self, len: u64, reserve: u64) -> Option<Places> {
         if let Some(device) = self.members.journal_device() {
             // One copy: the device is the user's choice of a fast place for the journal, and
             // when it fails the batches it held are given up (coverage starts over).
@@ -770,57 +786,106 @@ impl Engine {
         Some(chosen)
     }
 
-    /// The members a batch may be written to alone, instead of `parity + 1` members in
-    /// rotation: the parity members of every entry's stripe (P on RAID5; P and Q on RAID6),
-    /// when all share them. As with md's partial parity log, losing those members makes the
-    /// entries unnecessary (every data chunk of their stripes is whole on its member), and any
-    /// other loss within the group's redundancy leaves a copy readable.
+    /// Plans a batch split into pieces, one per parity member of its entries' stripes (P on
+    /// RAID5; P and Q on RAID6), each piece holding what its member's parity needs: the
+    /// partial parity of that parity alone, and the intents. Replay of these entries only
+    /// rewrites parity, so, as with md's partial parity log, a lost parity member takes with
+    /// it only entries it no longer needs, and any other loss within the group's redundancy
+    /// leaves each surviving parity its piece (on RAID6, losing P and a data chunk leaves Q
+    /// its partial Q). Fills `plan` (sorted by member, then entry) and says whether to split:
+    /// only when the pieces cost less than `parity + 1` whole copies, counting each write as
+    /// `WRITE_COST_BYTES` on top of its bytes.
     ///
     /// Only on an optimal group without a journal device, and only for entries whose replay
     /// rewrites nothing but parity (partial parity and intents, not redo). A stripe with a redo
     /// entry at or above the durable retirement point keeps rotation: were this batch lost with
     /// its members, replay could rewrite that older redo entry's data over this update's. For
-    /// the same reason a home batch's own retirement point does not count as durable
-    /// (`BatchState::home`), and a batch with a retirement point to make durable goes in
+    /// the same reason a split batch's own retirement point does not count as durable
+    /// (`BatchState::pieces`), and a batch with a retirement point to make durable goes in
     /// rotation, so ring space keeps being reclaimed.
-    fn batch_home(&self, entries: &[EntryDescriptor]) -> Option<smallvec::SmallVec<[usize; 2]>> {
+    fn plan_pieces(&mut self, entries: &[EntryDescriptor], plan: &mut Vec<PieceItem>) -> bool {
+        plan.clear();
         let parity_chunks = self.geometry.parity_chunks();
         if parity_chunks == 0
             || self.members.journal_device().is_some()
             || self.members.group_state(&self.geometry) != GroupState::Optimal
             || self.journal.retired_below() > self.journal.durable_retired_below
         {
-            return None;
+            return false;
         }
-        let mut home: Option<[usize; 2]> = None;
-        for entry in entries {
-            if !matches!(entry.kind, EntryKind::PartialParity | EntryKind::Intent) {
-                return None;
+        for (entry_index, entry) in entries.iter().enumerate() {
+            if !matches!(entry.kind, EntryKind::PartialParity | EntryKind::Intent)
+                || self.journal.redo_replayable(entry.stripe)
+            {
+                return false;
             }
-            if self.journal.redo_replayable(entry.stripe) {
-                return None;
-            }
-            let mut members = [usize::MAX; 2];
-            for (which, slot) in members.iter_mut().enumerate().take(parity_chunks) {
-                let [(member, _)] = self.column_writers(entry.stripe, Column::Parity(which))[..]
+            for parity in 0..parity_chunks {
+                let [(member, _)] = self.column_writers(entry.stripe, Column::Parity(parity))[..]
                 else {
-                    return None;
+                    return false;
                 };
-                *slot = member;
+                plan.push(PieceItem {
+                    member,
+                    entry: entry_index,
+                    parity,
+                });
             }
-            if home.is_some_and(|home| home != members) {
-                return None;
-            }
-            home = Some(members);
         }
-        home.map(|members| members[..parity_chunks].iter().copied().collect())
+        plan.sort_unstable_by_key(|item| (item.member, item.entry));
+        let whole = (format::batch_bytes(entries) + WRITE_COST_BYTES) * (parity_chunks as u64 + 1);
+        let mut split = 0;
+        let mut descriptors = std::mem::take(&mut self.journal.piece_descriptors);
+        for piece in plan.chunk_by(|a, b| a.member == b.member) {
+            self.piece_descriptors(entries, piece, &mut descriptors);
+            split += format::batch_bytes(&descriptors) + WRITE_COST_BYTES;
+        }
+        self.journal.piece_descriptors = descriptors;
+        split < whole
+    }
+
+    /// The descriptors of one piece (items of one member).
+    fn piece_descriptors(
+        &self,
+        entries: &[EntryDescriptor],
+        piece: &[PieceItem],
+        out: &mut Vec<EntryDescriptor>,
+    ) {
+        out.clear();
+        let raid6 = self.geometry.parity_chunks() == 2;
+        out.extend(piece.iter().map(|item| {
+            let entry = &entries[item.entry];
+            if entry.kind == EntryKind::PartialParity && raid6 {
+                let data = entry.writes[0];
+                EntryDescriptor {
+                    kind: EntryKind::ParityPiece,
+                    stripe: entry.stripe,
+                    writes: smallvec::smallvec![
+                        data,
+                        format::WriteDescriptor {
+                            column: Column::Parity(item.parity),
+                            ..data
+                        },
+                    ],
+                }
+            } else {
+                entry.clone()
+            }
+        }));
     }
 
     /// Seals the oldest open entries into a batch and starts writing it. False when it must
     /// wait (memory or ring space).
     fn seal_batch(&mut self) -> bool {
         let mut descriptors = std::mem::take(&mut self.journal.sealing_descriptors);
+        let mut plan = std::mem::take(&mut self.journal.piece_plan);
         let mut count = self.gather_batch(self.batch_cap_bytes(), &mut descriptors);
+        if self.plan_pieces(&descriptors, &mut plan)
+            && let Some(pieces) = self.alloc_pieces(&descriptors, &plan)
+        {
+            self.journal.piece_plan = plan;
+            return self.seal_gathered(count, descriptors, Copies::Pieces(pieces));
+        }
+        self.journal.piece_plan = plan;
         let mut total = format::batch_bytes(&descriptors);
         // Memory first, so that the batch is placed once, at the size it is written: a
         // placement in rotation moves the rotation on.
@@ -850,8 +915,7 @@ impl Engine {
                 }
             }
         };
-        let home = self.batch_home(&descriptors);
-        let Some(places) = self.place_batch(total, 0, home.as_deref()) else {
+        let Some(places) = self.place_batch(total, 0) else {
             self.release_batch_buffer(buffer);
             self.journal.space_wanted = true;
             self.journal.sealing_descriptors = descriptors;
@@ -860,7 +924,35 @@ impl Engine {
         if matches!(buffer, BatchBuffer::Reserve(_)) {
             self.counters.journal_reserve_batches += 1;
         }
-        self.seal_gathered(count, descriptors, buffer, home, places)
+        self.seal_gathered(count, descriptors, Copies::Whole { buffer, places })
+    }
+
+    /// Memory and ring space for each piece of `plan`, or `None` (nothing held) when some
+    /// piece has neither: the batch then goes whole, in rotation.
+    fn alloc_pieces(&mut self, entries: &[EntryDescriptor], plan: &[PieceItem]) -> Option<Pieces> {
+        let mut pieces = Pieces::new();
+        let mut descriptors = std::mem::take(&mut self.journal.piece_descriptors);
+        let ring_bytes = self.journal.ring_bytes;
+        for piece in plan.chunk_by(|a, b| a.member == b.member) {
+            self.piece_descriptors(entries, piece, &mut descriptors);
+            let len = format::batch_bytes(&descriptors);
+            let member = piece[0].member;
+            let placed = self
+                .journal
+                .ring(member)
+                .place(ring_bytes, len, 0)
+                .and_then(|start| Some((self.pool.alloc(len as usize)?, start)));
+            let Some((buffer, start)) = placed else {
+                for (buffer, _, _) in pieces {
+                    self.release_batch_buffer(buffer);
+                }
+                self.journal.piece_descriptors = descriptors;
+                return None;
+            };
+            pieces.push((BatchBuffer::Pool(buffer), member, start));
+        }
+        self.journal.piece_descriptors = descriptors;
+        Some(pieces)
     }
 
     fn release_batch_buffer(&mut self, buffer: BatchBuffer) {
@@ -887,14 +979,12 @@ impl Engine {
         count
     }
 
-    /// Encodes the first `count` open entries into `buffer` and writes the batch to `places`.
+    /// Encodes the first `count` open entries into the batch's buffers and writes them.
     fn seal_gathered(
         &mut self,
         count: usize,
         descriptors: Vec<EntryDescriptor>,
-        buffer: BatchBuffer,
-        home: Option<smallvec::SmallVec<[usize; 2]>>,
-        places: Places,
+        copies: Copies,
     ) -> bool {
         let mut entries = std::mem::take(&mut self.journal.sealing_entries);
         entries.clear();
@@ -904,18 +994,69 @@ impl Engine {
         let sequence = self.journal.next_sequence;
         self.journal.next_sequence += 1;
         let group_uuid = self.superblock.group_uuid;
-        {
-            let full = buffer.slice(&self.pool);
-            let mut access = self.pool.access();
-            let out = access.get_mut(full);
-            format::encode_batch(
-                out,
-                group_uuid,
-                sequence,
-                retired_below,
-                &descriptors,
-                |entry, write, bytes| access.copy_into(entries[entry].payload[write], bytes),
-            );
+        let mut buffers = smallvec::SmallVec::new();
+        let split = matches!(copies, Copies::Pieces(_));
+        let mut pending_io = 0u32;
+        match copies {
+            Copies::Whole { buffer, places } => {
+                {
+                    let full = buffer.slice(&self.pool);
+                    let mut access = self.pool.access();
+                    let out = access.get_mut(full);
+                    format::encode_batch(
+                        out,
+                        group_uuid,
+                        sequence,
+                        retired_below,
+                        false,
+                        &descriptors,
+                        |entry, write, bytes| {
+                            access.copy_into(entries[entry].payload[write], bytes)
+                        },
+                    );
+                }
+                self.start_batch_io(sequence, buffer, &places);
+                pending_io = u32::try_from(places.len()).expect("copies fit u32");
+                buffers.push(buffer);
+            }
+            Copies::Pieces(pieces) => {
+                let plan = std::mem::take(&mut self.journal.piece_plan);
+                let mut piece_descriptors = std::mem::take(&mut self.journal.piece_descriptors);
+                for (piece, (buffer, member, start)) in
+                    plan.chunk_by(|a, b| a.member == b.member).zip(pieces)
+                {
+                    debug_assert_eq!(piece[0].member, member);
+                    self.piece_descriptors(&descriptors, piece, &mut piece_descriptors);
+                    {
+                        let full = buffer.slice(&self.pool);
+                        let mut access = self.pool.access();
+                        let out = access.get_mut(full);
+                        format::encode_batch(
+                            out,
+                            group_uuid,
+                            sequence,
+                            retired_below,
+                            true,
+                            &piece_descriptors,
+                            |index, write, bytes| {
+                                let item = piece[index];
+                                let which =
+                                    if piece_descriptors[index].kind == EntryKind::ParityPiece {
+                                        item.parity
+                                    } else {
+                                        write
+                                    };
+                                access.copy_into(entries[item.entry].payload[which], bytes)
+                            },
+                        );
+                    }
+                    self.start_batch_io(sequence, buffer, &[(member, start)]);
+                    pending_io += 1;
+                    buffers.push(buffer);
+                }
+                self.journal.piece_plan = plan;
+                self.journal.piece_descriptors = piece_descriptors;
+            }
         }
         let mut intents = smallvec::SmallVec::new();
         let mut partials = smallvec::SmallVec::new();
@@ -947,6 +1088,7 @@ impl Engine {
                 EntryKind::Redo => {
                     self.journal.redo_sequences.insert(stripe, sequence);
                 }
+                EntryKind::ParityPiece => unreachable!("open entries are whole"),
             }
             self.journal.region_sequences.insert(entry.region, sequence);
             ops.push(entry.op);
@@ -959,17 +1101,16 @@ impl Engine {
         entries.clear();
         self.journal.sealing_entries = entries;
         self.journal.sealing_descriptors = descriptors;
-        self.start_batch_io(sequence, buffer, &places);
         self.journal.batches.insert(
             sequence,
             BatchState {
                 stage: BatchStage::Committing,
                 ops_left: u32::try_from(ops.len()).expect("ops fit u32"),
                 ops,
-                buffer: Some(buffer),
-                pending_io: u32::try_from(places.len()).expect("copies fit u32"),
+                pending_io,
+                buffers,
                 copies_ok: 0,
-                home: home.is_some_and(|home| places.iter().map(|&(member, _)| member).eq(home)),
+                pieces: split,
                 carried_retired_below: retired_below,
                 intents,
                 partials,
@@ -1068,17 +1209,19 @@ impl Engine {
         if batch.pending_io > 0 {
             return;
         }
+        // Pieces whose members all failed held entries of stripes whose parity members all
+        // failed: their data chunks are whole, and the entries not needed.
         if batch.copies_ok == 0
+            && !batch.pieces
             && self.members.group_state(&self.geometry) != GroupState::Failed
-            && let Some(buffer) = batch.buffer
+            && let [buffer] = batch.buffers[..]
         {
             // Every copy failed (the journal device died under it): write the batch again
             // where the journal now lives, so no in-place write goes out unjournaled.
             let len = buffer.slice(&self.pool).len() as u64;
-            if let Some(places) = self.place_batch(len, 0, None) {
+            if let Some(places) = self.place_batch(len, 0) {
                 let batch = self.journal.batches.get_mut(&sequence).expect("batch");
                 batch.pending_io = u32::try_from(places.len()).expect("copies fit u32");
-                batch.home = false;
                 self.start_batch_io(sequence, buffer, &places);
                 return;
             }
@@ -1096,15 +1239,15 @@ impl Engine {
             .get_mut(&sequence)
             .expect("batch in flight");
         batch.stage = BatchStage::Durable;
-        let buffer = batch.buffer.take();
+        let buffers = std::mem::take(&mut batch.buffers);
         let carried = batch.carried_retired_below;
         let ops = batch.ops.clone(); // inline for batches of up to 8 entries: no allocation
         let empty = batch.ops_left == 0;
-        let (home, copies_ok) = (batch.home, batch.copies_ok);
-        if let Some(buffer) = buffer {
+        let (pieces, copies_ok) = (batch.pieces, batch.copies_ok);
+        for buffer in buffers {
             self.release_batch_buffer(buffer);
         }
-        if home {
+        if pieces {
             self.counters.journal_home_batches += 1;
         } else if copies_ok > 0 {
             self.advance_durable_floor(carried);

@@ -181,8 +181,8 @@ pub struct Counters {
     pub resynced_stripes: u64,
     pub scrubbed_bytes: u64,
     pub journal_batches: u64,
-    /// Batches made durable on their stripes' parity members alone (one copy on RAID5, P and
-    /// Q on RAID6).
+    /// Batches made durable on their stripes' parity members alone, in pieces (each parity
+    /// member its share).
     pub journal_home_batches: u64,
     /// Batches written from the reserved batch buffer because the pool had no room.
     pub journal_reserve_batches: u64,

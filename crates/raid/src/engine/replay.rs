@@ -22,6 +22,8 @@ use tessera_buffer::{BufferId, BufferSlice};
 pub(crate) enum ReplayIo {
     /// Reading a copy of the batch being applied.
     Batch,
+    /// Reading one piece of the split batch being applied (its index among them).
+    Piece(u32),
     /// Reading the data range a partial parity entry was made for.
     Data,
     /// Writing a block in place.
@@ -38,18 +40,24 @@ struct PartialParity {
     /// Where the read lands: that column's range, or P's when `read_is_p`.
     read: BufferSlice,
     read_is_p: bool,
-    payload_p: BufferSlice,
+    /// P and Q of the stripe's other data columns over the range; either may be missing
+    /// from a split batch whose piece was on a member now absent (whose parity needs none).
+    payload_p: Option<BufferSlice>,
     payload_q: Option<BufferSlice>,
     /// Members and offsets to write P and Q to.
     p_writers: Vec<(usize, u64)>,
     q_writers: Vec<(usize, u64)>,
 }
 
+/// A data range read for a partial parity entry: member, device offset, where it lands.
+type DataRead = (usize, u64, BufferSlice);
+
 /// The batch being applied.
 struct Applying {
     sequence: u64,
     copy: usize,
-    buffer: BufferId,
+    /// The copy read, or every piece of a split batch (with whether its read failed).
+    buffers: Vec<(BufferId, bool)>,
     /// I/O outstanding (data reads and writes).
     pending: u32,
     /// Data reads of partial parity entries outstanding, and whether one failed.
@@ -64,10 +72,11 @@ struct Applying {
     supplied: Vec<(u64, SuppliedColumns)>,
 }
 
-/// A batch found on the members: where its copies are.
+/// A batch found on the members: where its copies are (member, offset and bytes), all alike,
+/// or where its pieces are, each with part of it (`pieces`).
 struct Found {
-    copies: Vec<(usize, u64)>,
-    total_bytes: u64,
+    copies: Vec<(usize, u64, u64)>,
+    pieces: bool,
     intents: Vec<u64>,
 }
 
@@ -218,15 +227,27 @@ impl Engine {
                                     .entry(batch.header.sequence)
                                     .or_insert_with(|| Found {
                                         copies: Vec::new(),
-                                        total_bytes: batch.header.total_bytes,
-                                        intents: batch
-                                            .entries
-                                            .iter()
-                                            .filter(|entry| entry.kind.is_intent())
-                                            .map(|entry| entry.stripe)
-                                            .collect(),
+                                        pieces: batch.header.piece,
+                                        intents: Vec::new(),
                                     });
-                            found.copies.push((member, offset_bytes + pos as u64));
+                            // A copy's intents are every copy's; each piece has its own.
+                            if found.copies.is_empty() || found.pieces {
+                                found.intents.extend(
+                                    batch
+                                        .entries
+                                        .iter()
+                                        .filter(|entry| entry.kind.is_intent())
+                                        .map(|entry| entry.stripe),
+                                );
+                            }
+                            // A piece among copies or a copy among pieces has no place: one
+                            // batch number is written one way. Replay cannot vouch for it.
+                            replay.incomplete |= found.pieces != batch.header.piece;
+                            found.copies.push((
+                                member,
+                                offset_bytes + pos as u64,
+                                batch.header.total_bytes,
+                            ));
                             replay.max_retired_below =
                                 replay.max_retired_below.max(batch.header.retired_below);
                             pos += batch.header.total_bytes as usize;
@@ -277,7 +298,7 @@ impl Engine {
                         }
                     }
                     let newest = replay.found.keys().next_back().map_or(0, |&s| s + 1);
-                    // A batch written to its parity members alone (`Engine::batch_home`) is
+                    // A batch written to its parity members alone (`Engine::plan_pieces`) is
                     // not seen when they are absent or their areas unreadable, and must never
                     // share a number with a new batch should one come back. Every batch above
                     // the newest seen is on such an absent member's ring (any other has a copy
@@ -331,25 +352,28 @@ impl Engine {
         }
     }
 
-    /// Reads copy `copy` of batch `sequence` (the next copy after a failure).
+    /// Reads copy `copy` of batch `sequence` (the next copy after a failure), or every piece
+    /// of a split batch.
     fn read_batch_copy(&mut self, sequence: u64, copy: usize) {
         let replay = self.journal.replay.as_mut().expect("replay");
         let found = &replay.found[&sequence];
-        let Some(&(member, offset_bytes)) = found.copies.get(copy) else {
+        if found.pieces {
+            return self.read_batch_pieces(sequence);
+        }
+        let Some(&(member, offset_bytes, total)) = found.copies.get(copy) else {
             // No copy reads back whole: the batch is lost, and with it the guarantee.
             replay.incomplete = true;
             replay.queue.pop_front();
             return self.replay_step();
         };
-        let total = found.total_bytes as usize;
         let buffer = self
             .pool
-            .alloc(total)
+            .alloc(total as usize)
             .expect("a journal batch fits the pool at start-up");
         replay.current = Some(Applying {
             sequence,
             copy,
-            buffer,
+            buffers: vec![(buffer, false)],
             pending: 1,
             reads_pending: 0,
             read_failed: false,
@@ -371,13 +395,67 @@ impl Engine {
         );
     }
 
-    /// Completion of a replay read (the batch, or a data range) or write (one of its blocks).
+    /// Reads every piece of split batch `sequence` at once: replay needs them together (on
+    /// RAID6 a stripe's P and Q pieces are joined into one entry).
+    fn read_batch_pieces(&mut self, sequence: u64) {
+        let replay = self.journal.replay.as_mut().expect("replay");
+        let copies = replay.found[&sequence].copies.clone();
+        let buffers: Vec<(BufferId, bool)> = copies
+            .iter()
+            .map(|&(_, _, total)| {
+                let buffer = self
+                    .pool
+                    .alloc(total as usize)
+                    .expect("a journal batch fits the pool at start-up");
+                (buffer, false)
+            })
+            .collect();
+        let reads: Vec<(usize, u64, BufferSlice)> = copies
+            .iter()
+            .zip(&buffers)
+            .map(|(&(member, offset, _), &(buffer, _))| (member, offset, self.pool.full(buffer)))
+            .collect();
+        let replay = self.journal.replay.as_mut().expect("replay");
+        replay.current = Some(Applying {
+            sequence,
+            copy: 0,
+            buffers,
+            pending: u32::try_from(reads.len()).expect("pieces fit u32"),
+            reads_pending: 0,
+            read_failed: false,
+            partials: Vec::new(),
+            scratch: Vec::new(),
+            supplied: Vec::new(),
+        });
+        for (index, (member, offset_bytes, buffer)) in reads.into_iter().enumerate() {
+            self.issue(
+                member,
+                MemberOp::Read {
+                    offset_bytes: self.journal.offset_bytes + offset_bytes,
+                    buffer,
+                    for_host: None,
+                },
+                Owner::JournalReplay {
+                    io: ReplayIo::Piece(u32::try_from(index).expect("pieces fit u32")),
+                },
+            );
+        }
+    }
+
+    /// Completion of a replay read (the batch, a piece, or a data range) or write (one of its
+    /// blocks).
     pub(super) fn journal_replay_io_done(&mut self, io: ReplayIo, result: Result<(), MemberError>) {
         let replay = self.journal.replay.as_mut().expect("replay");
         let current = replay.current.as_mut().expect("a batch being applied");
         current.pending -= 1;
         match io {
             ReplayIo::Batch => self.apply_batch(result),
+            ReplayIo::Piece(index) => {
+                current.buffers[index as usize].1 = result.is_err();
+                if current.pending == 0 {
+                    self.apply_pieces();
+                }
+            }
             ReplayIo::Data => {
                 current.reads_pending -= 1;
                 if result.is_err() {
@@ -426,7 +504,9 @@ impl Engine {
         }
         let current = replay.current.take().expect("a batch being applied");
         replay.queue.pop_front();
-        self.pool.free(current.buffer);
+        for (buffer, _) in current.buffers {
+            self.pool.free(buffer);
+        }
         for buffer in current.scratch {
             self.pool.free(buffer);
         }
@@ -439,7 +519,7 @@ impl Engine {
         let replay = self.journal.replay.as_mut().expect("replay");
         let (sequence, copy, buffer) = {
             let current = replay.current.as_ref().expect("a batch being applied");
-            (current.sequence, current.copy, current.buffer)
+            (current.sequence, current.copy, current.buffers[0].0)
         };
         let group_uuid = self.superblock.group_uuid;
         let batch = match result {
@@ -515,61 +595,17 @@ impl Engine {
             }
             replayed += 1;
             if entry.kind == EntryKind::PartialParity {
-                let write = entry.writes[0];
-                let Column::Data(index) = write.column else {
-                    unreachable!("decoding checks a partial parity entry's columns")
-                };
-                let payload_p = self.slice(buffer, offsets[0], write.len_bytes);
+                let payload_p = self.slice(buffer, offsets[0], entry.writes[0].len_bytes);
                 let payload_q = offsets
                     .get(1)
-                    .map(|&at| self.slice(buffer, at, write.len_bytes));
-                let within = |writers: super::Writers| -> Vec<(usize, u64)> {
-                    writers
-                        .into_iter()
-                        .map(|(member, offset)| (member, offset + write.within_bytes))
-                        .collect()
-                };
-                let mut p_writers = within(self.column_writers(entry.stripe, Column::Parity(0)));
-                let q_writers = match payload_q {
-                    Some(_) => within(self.column_writers(entry.stripe, Column::Parity(1))),
-                    None => Vec::new(),
-                };
-                // Without the written column its sectors are each old or new in parity as it
-                // is. On RAID5 that is all; on RAID6 P and Q may each hold a different mix, so
-                // the column is taken from P and Q made to agree with it.
-                let source = match self.column_reader(entry.stripe, write.column) {
-                    Some(reader) => Some((reader, false)),
-                    None if !q_writers.is_empty() => self
-                        .column_reader(entry.stripe, Column::Parity(0))
-                        .map(|reader| (reader, true)),
-                    None => None,
-                };
-                let Some(((member, offset), read_is_p)) = source else {
-                    continue;
-                };
-                if read_is_p {
-                    p_writers.clear();
+                    .map(|&at| self.slice(buffer, at, entry.writes[0].len_bytes));
+                if let Some((read, partial, scratch)) =
+                    self.plan_partial(entry.stripe, entry.writes[0], Some(payload_p), payload_q)
+                {
+                    reads.push(read);
+                    waiting.push(partial);
+                    scratch_buffers.push(scratch);
                 }
-                if p_writers.is_empty() && q_writers.is_empty() {
-                    // No parity to make agree.
-                    continue;
-                }
-                let scratch = self
-                    .pool
-                    .alloc(payload_p.len())
-                    .expect("a chunk fits the pool at start-up");
-                scratch_buffers.push(scratch);
-                let read = self.pool.full(scratch);
-                reads.push((member, offset + write.within_bytes, read));
-                waiting.push(PartialParity {
-                    index,
-                    read,
-                    read_is_p,
-                    payload_p,
-                    payload_q,
-                    p_writers,
-                    q_writers,
-                });
                 continue;
             }
             for (write, &payload) in entry.writes.iter().zip(offsets) {
@@ -625,6 +661,173 @@ impl Engine {
         self.finish_batch_if_done();
     }
 
+    /// What applying a partial parity entry of `stripe` takes: the data range `write` read as
+    /// the crash left it (or, on RAID6 without that column's member, P read instead), and the
+    /// parity to write from it. `None` when there is nothing to make agree.
+    fn plan_partial(
+        &mut self,
+        stripe: u64,
+        write: format::WriteDescriptor,
+        payload_p: Option<BufferSlice>,
+        payload_q: Option<BufferSlice>,
+    ) -> Option<(DataRead, PartialParity, BufferId)> {
+        let Column::Data(index) = write.column else {
+            unreachable!("decoding checks a partial parity entry's columns")
+        };
+        let within = |writers: super::Writers| -> Vec<(usize, u64)> {
+            writers
+                .into_iter()
+                .map(|(member, offset)| (member, offset + write.within_bytes))
+                .collect()
+        };
+        let mut p_writers = match payload_p {
+            Some(_) => within(self.column_writers(stripe, Column::Parity(0))),
+            None => Vec::new(),
+        };
+        let q_writers = match payload_q {
+            Some(_) => within(self.column_writers(stripe, Column::Parity(1))),
+            None => Vec::new(),
+        };
+        // Without the written column its sectors are each old or new in parity as it is. On
+        // RAID5 that is all; on RAID6 P and Q may each hold a different mix, so the column is
+        // taken from P and Q made to agree with it.
+        let source = match self.column_reader(stripe, write.column) {
+            Some(reader) => Some((reader, false)),
+            None if !q_writers.is_empty() && payload_p.is_some() => self
+                .column_reader(stripe, Column::Parity(0))
+                .map(|reader| (reader, true)),
+            None => None,
+        };
+        let ((member, offset), read_is_p) = source?;
+        if read_is_p {
+            p_writers.clear();
+        }
+        if p_writers.is_empty() && q_writers.is_empty() {
+            // No parity to make agree.
+            return None;
+        }
+        let scratch = self
+            .pool
+            .alloc(write.len_bytes as usize)
+            .expect("a chunk fits the pool at start-up");
+        let read = self.pool.full(scratch);
+        Some((
+            (member, offset + write.within_bytes, read),
+            PartialParity {
+                index,
+                read,
+                read_is_p,
+                payload_p,
+                payload_q,
+                p_writers,
+                q_writers,
+            },
+            scratch,
+        ))
+    }
+
+    /// Every piece of a split batch was read: join them (a RAID6 stripe's P and Q pieces make
+    /// one partial parity entry, less the piece of a member that is absent, whose parity needs
+    /// none) and start the data reads. A piece that did not read back whole leaves its parity
+    /// as the crash left it: replay cannot vouch for the stripes.
+    fn apply_pieces(&mut self) {
+        let group_uuid = self.superblock.group_uuid;
+        let replay = self.journal.replay.as_ref().expect("replay");
+        let current = replay.current.as_ref().expect("a batch being applied");
+        let sequence = current.sequence;
+        let mut complete = true;
+        // (stripe, data column write) -> P and Q payloads, in the order first met.
+        let mut joined: Vec<(u64, format::WriteDescriptor, [Option<BufferSlice>; 2])> = Vec::new();
+        let mut replayed = 0u64;
+        for &(buffer, failed) in &current.buffers {
+            let batch = (!failed)
+                .then(|| format::decode_batch(self.pool.slice(buffer), group_uuid).ok())
+                .flatten()
+                .filter(|batch| batch.header.sequence == sequence && batch.header.piece);
+            let Some(batch) = batch else {
+                complete = false;
+                continue;
+            };
+            for (entry, offsets) in batch.entries.iter().zip(&batch.payload_offsets) {
+                if entry.kind == EntryKind::Intent {
+                    continue;
+                }
+                let superseded = replay
+                    .last_intent
+                    .get(&entry.stripe)
+                    .is_some_and(|&intent| intent > sequence);
+                if !self.entry_in_geometry(entry) {
+                    complete = false;
+                    continue;
+                }
+                let (data, which) = match (entry.kind, &entry.writes[..]) {
+                    (EntryKind::PartialParity, [data]) => (*data, 0),
+                    (EntryKind::ParityPiece, [data, parity]) => {
+                        let Column::Parity(which) = parity.column else {
+                            unreachable!("decoding checks a parity piece's columns")
+                        };
+                        (*data, which)
+                    }
+                    _ => {
+                        // Nothing else is ever split.
+                        complete = false;
+                        continue;
+                    }
+                };
+                if superseded {
+                    continue;
+                }
+                let payload =
+                    BufferSlice::new(buffer, offsets[0] as usize, data.len_bytes as usize);
+                match joined
+                    .iter_mut()
+                    .find(|(stripe, write, _)| *stripe == entry.stripe && *write == data)
+                {
+                    Some((_, _, payloads)) => payloads[which] = Some(payload),
+                    None => {
+                        replayed += 1;
+                        let mut payloads = [None, None];
+                        payloads[which] = Some(payload);
+                        joined.push((entry.stripe, data, payloads));
+                    }
+                }
+            }
+        }
+        let mut reads = Vec::new();
+        let mut waiting = Vec::new();
+        let mut scratch_buffers = Vec::new();
+        for (stripe, write, [payload_p, payload_q]) in joined {
+            if let Some((read, partial, scratch)) =
+                self.plan_partial(stripe, write, payload_p, payload_q)
+            {
+                reads.push(read);
+                waiting.push(partial);
+                scratch_buffers.push(scratch);
+            }
+        }
+        let replay = self.journal.replay.as_mut().expect("replay");
+        replay.incomplete |= !complete;
+        replay.replayed_entries += replayed;
+        self.counters.journal_replayed_entries += replayed;
+        let current = self.applying();
+        current.pending = u32::try_from(reads.len()).expect("reads fit u32");
+        current.reads_pending = current.pending;
+        current.partials = waiting;
+        current.scratch = scratch_buffers;
+        for (member, offset_bytes, slice) in reads {
+            self.issue(
+                member,
+                MemberOp::Read {
+                    offset_bytes,
+                    buffer: slice,
+                    for_host: None,
+                },
+                Owner::JournalReplay { io: ReplayIo::Data },
+            );
+        }
+        self.finish_batch_if_done();
+    }
+
     /// Every read of the batch's partial parity entries finished: parity is the payload plus
     /// the data column, written to the parity members (not at all if a read failed).
     fn write_partial_parities(&mut self) {
@@ -646,14 +849,17 @@ impl Engine {
             };
             let p = take(self);
             let q = partial.payload_q.map(|_| take(self));
-            let data = if partial.read_is_p {
-                let data = take(self);
-                self.generate_parity(&[partial.read, partial.payload_p], &[data]);
-                data
-            } else {
-                partial.read
+            let data = match partial.payload_p {
+                Some(payload_p) if partial.read_is_p => {
+                    let data = take(self);
+                    self.generate_parity(&[partial.read, payload_p], &[data]);
+                    data
+                }
+                _ => partial.read,
             };
-            self.copy_slice(partial.payload_p, p);
+            if let Some(payload_p) = partial.payload_p {
+                self.copy_slice(payload_p, p);
+            }
             if let (Some(q), Some(payload_q)) = (q, partial.payload_q) {
                 self.copy_slice(payload_q, q);
             }
