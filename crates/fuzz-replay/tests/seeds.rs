@@ -895,14 +895,14 @@ fn journal_seeds() -> Vec<Seed> {
     use tessera_raid::geometry::Column;
     use tessera_raid::journal::{self, EntryDescriptor, EntryKind, WriteDescriptor};
     let group = tessera_raid::superblock::Uuid([0x5a; 16]);
-    let encode = |sequence: u64, entries: &[EntryDescriptor]| {
+    let encode_as = |piece: bool, sequence: u64, entries: &[EntryDescriptor]| {
         let mut out = vec![0u8; journal::batch_bytes(entries) as usize];
         journal::encode_batch(
             &mut out,
             group,
             sequence,
             sequence / 2,
-            false,
+            piece,
             entries,
             |e, w, b| {
                 b.fill(u8::try_from(e * 16 + w + 1).expect("small"));
@@ -910,6 +910,7 @@ fn journal_seeds() -> Vec<Seed> {
         );
         out
     };
+    let encode = |sequence: u64, entries: &[EntryDescriptor]| encode_as(false, sequence, entries);
     let redo = EntryDescriptor {
         kind: EntryKind::Redo,
         stripe: 7,
@@ -937,6 +938,24 @@ fn journal_seeds() -> Vec<Seed> {
         stripe: 9,
         writes: Default::default(),
     };
+    // Q's share of a RAID6 one-chunk update, as the piece on Q's member holds it.
+    let q_share = EntryDescriptor {
+        kind: EntryKind::ParityPiece,
+        stripe: 11,
+        writes: vec![
+            WriteDescriptor {
+                column: Column::Data(2),
+                within_bytes: 1024,
+                len_bytes: 512,
+            },
+            WriteDescriptor {
+                column: Column::Parity(1),
+                within_bytes: 1024,
+                len_bytes: 512,
+            },
+        ]
+        .into(),
+    };
     vec![
         seed(
             "journal_batch",
@@ -947,6 +966,11 @@ fn journal_seeds() -> Vec<Seed> {
             "journal_batch",
             "intent",
             encode(4, std::slice::from_ref(&intent)),
+        ),
+        seed(
+            "journal_batch",
+            "piece",
+            encode_as(true, 6, &[q_share, intent.clone()]),
         ),
         seed(
             "journal_batch",

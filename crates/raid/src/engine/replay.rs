@@ -761,7 +761,11 @@ impl Engine {
                     continue;
                 }
                 let (data, which) = match (entry.kind, &entry.writes[..]) {
-                    (EntryKind::PartialParity, [data]) => (*data, 0),
+                    // A whole partial parity entry is a piece's share on RAID5 only: on
+                    // RAID6 it would leave Q as the crash left it.
+                    (EntryKind::PartialParity, [data]) if self.geometry.parity_chunks() == 1 => {
+                        (*data, 0)
+                    }
                     (EntryKind::ParityPiece, [data, parity]) => {
                         let Column::Parity(which) = parity.column else {
                             unreachable!("decoding checks a parity piece's columns")
