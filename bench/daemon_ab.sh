@@ -1,27 +1,37 @@
 #!/usr/bin/env bash
 # Compares daemon builds on one small RAID5 workload: for each build in turn (alternating,
-# ROUNDS times), a daemon over five 512 MiB tmpfs member files, RAID5 4+1 with 64 KiB chunks,
-# a 1 GiB virtual drive filled once, then fio over NBD for 5 s. Prints IOPS and the daemon's
-# CPU time per I/O (utime + stime from /proc/PID/stat), the figure that says what a change
-# to the data path costs or saves on a machine whose speed drifts.
+# ROUNDS times), a daemon over five 512 MiB tmpfs member files, RAID5 4+1 with 64 KiB chunks
+# (RAID6 4+2 over six with -l 6), a 1 GiB virtual drive filled once, then fio over NBD for
+# 5 s. Prints IOPS and the daemon's CPU time per I/O (utime + stime from /proc/PID/stat), the
+# figure that says what a change to the data path costs or saves on a machine whose speed
+# drifts. -j sets the group's journal mode (default: the daemon's, degrade_only).
 #
-#   bench/daemon_ab.sh [-r ROUNDS] [-w RW] [-b BS] [-q QD] BINARY...
+#   bench/daemon_ab.sh [-r ROUNDS] [-w RW] [-b BS] [-q QD] [-l 5|6] [-j MODE] BINARY...
 #   bench/daemon_ab.sh -w randwrite /tmp/tessera-old target/release/tessera
+#   bench/daemon_ab.sh -l 6 -j always_on -q 1 /tmp/tessera-old target/release/tessera
 #
 # Needs fio with its nbd engine (./scripts/setup.sh installs it). Uses /dev/shm/daemon-ab.
 set -euo pipefail
-rounds=3 rw=randwrite bs=4k qd=32
-while getopts "r:w:b:q:" opt; do
+rounds=3 rw=randwrite bs=4k qd=32 level=5 journal=()
+while getopts "r:w:b:q:l:j:" opt; do
     case $opt in
         r) rounds=$OPTARG ;;
         w) rw=$OPTARG ;;
         b) bs=$OPTARG ;;
         q) qd=$OPTARG ;;
-        *) sed -n '2,10p' "$0"; exit 2 ;;
+        l) level=$OPTARG ;;
+        j) journal=(--journal "$OPTARG") ;;
+        *) sed -n '2,12p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { sed -n '2,10p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,12p' "$0"; exit 2; }
+case $level in
+    5) members=5 ;;
+    6) members=6 ;;
+    *) echo "-l takes 5 or 6" >&2; exit 2 ;;
+esac
+last=$((members - 1))
 work=/dev/shm/daemon-ab
 ticks=$(getconf CLK_TCK)
 
@@ -33,9 +43,11 @@ run_one() {
     pid=$!
     for _ in $(seq 100); do [ -S "$work/api.sock" ] && break; sleep 0.1; done
     local cli=("$bin" --api-socket "$work/api.sock")
-    truncate -s 512M "$work"/m{0..4}.img
-    "${cli[@]}" pd add "$work"/m{0..4}.img >/dev/null
-    "${cli[@]}" dg create --level 5 --chunk 64K 0 1 2 3 4 >/dev/null
+    local paths=()
+    for i in $(seq 0 "$last"); do paths+=("$work/m$i.img"); done
+    truncate -s 512M "${paths[@]}"
+    "${cli[@]}" pd add "${paths[@]}" >/dev/null
+    "${cli[@]}" dg create --level "$level" --chunk 64K "${journal[@]}" $(seq 0 "$last") >/dev/null
     "${cli[@]}" vd create 0 --size 1G --name ab >/dev/null
     local uri="nbd+unix:///ab?socket=$work/nbd.sock"
     fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=1M --iodepth=8 --size=1G \
@@ -60,7 +72,7 @@ PY
     rm -rf "$work"
 }
 
-echo "$rw $bs QD$qd, $rounds rounds, $(date -u +%FT%TZ)"
+echo "RAID$level ${journal[*]} $rw $bs QD$qd, $rounds rounds, $(date -u +%FT%TZ)"
 for round in $(seq "$rounds"); do
     for bin in "$@"; do
         printf 'round %d %-40s ' "$round" "$bin"
