@@ -11,7 +11,7 @@ use super::{Engine, GroupState, MemberError, MemberOp, OpId, Owner};
 use crate::geometry::Column;
 use crate::journal::{self as format, BATCH_ALIGN_BYTES, EntryDescriptor, EntryKind};
 use crate::layout::min_journal_bytes;
-use crate::superblock::JournalMode;
+use crate::superblock::{JournalMode, Uuid};
 use std::collections::{BTreeMap, VecDeque};
 use tessera_buffer::{BufferId, BufferSlice};
 
@@ -999,22 +999,10 @@ impl Engine {
         let mut pending_io = 0u32;
         match copies {
             Copies::Whole { buffer, places } => {
-                {
-                    let full = buffer.slice(&self.pool);
-                    let mut access = self.pool.access();
-                    let out = access.get_mut(full);
-                    format::encode_batch(
-                        out,
-                        group_uuid,
-                        sequence,
-                        retired_below,
-                        false,
-                        &descriptors,
-                        |entry, write, bytes| {
-                            access.copy_into(entries[entry].payload[write], bytes)
-                        },
-                    );
-                }
+                let header = (group_uuid, sequence, retired_below, false);
+                self.encode_into(buffer, header, &descriptors, |entry, write| {
+                    entries[entry].payload[write]
+                });
                 self.start_batch_io(sequence, buffer, &places);
                 pending_io = u32::try_from(places.len()).expect("copies fit u32");
                 buffers.push(buffer);
@@ -1025,31 +1013,19 @@ impl Engine {
                 for (piece, (buffer, member, start)) in
                     plan.chunk_by(|a, b| a.member == b.member).zip(pieces)
                 {
-                    debug_assert_eq!(piece[0].member, member);
+                    assert_eq!(piece[0].member, member, "pieces in plan order");
                     self.piece_descriptors(&descriptors, piece, &mut piece_descriptors);
-                    {
-                        let full = buffer.slice(&self.pool);
-                        let mut access = self.pool.access();
-                        let out = access.get_mut(full);
-                        format::encode_batch(
-                            out,
-                            group_uuid,
-                            sequence,
-                            retired_below,
-                            true,
-                            &piece_descriptors,
-                            |index, write, bytes| {
-                                let item = piece[index];
-                                let which =
-                                    if piece_descriptors[index].kind == EntryKind::ParityPiece {
-                                        item.parity
-                                    } else {
-                                        write
-                                    };
-                                access.copy_into(entries[item.entry].payload[which], bytes)
-                            },
-                        );
-                    }
+                    let header = (group_uuid, sequence, retired_below, true);
+                    self.encode_into(buffer, header, &piece_descriptors, |index, write| {
+                        let item = piece[index];
+                        // A parity piece's one payload is its parity's share.
+                        let which = if piece_descriptors[index].kind == EntryKind::ParityPiece {
+                            item.parity
+                        } else {
+                            write
+                        };
+                        entries[item.entry].payload[which]
+                    });
                     self.start_batch_io(sequence, buffer, &[(member, start)]);
                     pending_io += 1;
                     buffers.push(buffer);
@@ -1118,6 +1094,29 @@ impl Engine {
         );
         self.journal.committing += 1;
         true
+    }
+
+    /// Encodes a batch or piece with header fields (group, sequence, retired below, piece)
+    /// into `buffer`, each payload copied from the slice `payload(entry, write)` names.
+    fn encode_into(
+        &mut self,
+        buffer: BatchBuffer,
+        (group_uuid, sequence, retired_below, piece): (Uuid, u64, u64, bool),
+        descriptors: &[EntryDescriptor],
+        payload: impl Fn(usize, usize) -> BufferSlice,
+    ) {
+        let full = buffer.slice(&self.pool);
+        let mut access = self.pool.access();
+        let out = access.get_mut(full);
+        format::encode_batch(
+            out,
+            group_uuid,
+            sequence,
+            retired_below,
+            piece,
+            descriptors,
+            |entry, write, bytes| access.copy_into(payload(entry, write), bytes),
+        );
     }
 
     fn start_batch_io(&mut self, sequence: u64, buffer: BatchBuffer, places: &[(usize, u64)]) {

@@ -634,17 +634,7 @@ impl Engine {
         current.partials = waiting;
         current.scratch = scratch_buffers;
         current.supplied = supplied;
-        for (member, offset_bytes, slice) in reads {
-            self.issue(
-                member,
-                MemberOp::Read {
-                    offset_bytes,
-                    buffer: slice,
-                    for_host: None,
-                },
-                Owner::JournalReplay { io: ReplayIo::Data },
-            );
-        }
+        self.issue_data_reads(reads);
         for (member, offset_bytes, slice) in writes {
             self.issue(
                 member,
@@ -818,18 +808,23 @@ impl Engine {
         current.reads_pending = current.pending;
         current.partials = waiting;
         current.scratch = scratch_buffers;
-        for (member, offset_bytes, slice) in reads {
+        self.issue_data_reads(reads);
+        self.finish_batch_if_done();
+    }
+
+    /// Reads the data ranges of the batch's partial parity entries.
+    fn issue_data_reads(&mut self, reads: Vec<DataRead>) {
+        for (member, offset_bytes, buffer) in reads {
             self.issue(
                 member,
                 MemberOp::Read {
                     offset_bytes,
-                    buffer: slice,
+                    buffer,
                     for_host: None,
                 },
                 Owner::JournalReplay { io: ReplayIo::Data },
             );
         }
-        self.finish_batch_if_done();
     }
 
     /// Every read of the batch's partial parity entries finished: parity is the payload plus
