@@ -1218,6 +1218,65 @@ fn a_batch_over_stripes_with_other_parity_members_goes_in_a_piece_to_each() {
     }
 }
 
+/// A RAID5 batch is split into pieces only when they cost less than two whole copies, a write
+/// counted as 16 KiB on top of its bytes: one-chunk updates of two stripes with different
+/// parity members go in two pieces of 8 KiB (48 KiB counted, against 2 × 28), of four stripes
+/// in two whole copies of 20 KiB (2 × 36 counted, against 4 × 24).
+#[test]
+fn raid5_batches_split_only_when_the_pieces_cost_less() {
+    const MEMBERS: usize = 5;
+    const DATA_CHUNKS: u64 = MEMBERS as u64 - 1;
+    for (stripes, writes, bytes) in [(2u64, 2, 2 * 8192), (4, 2, 2 * 20480)] {
+        let mut h = started(Level::Raid5, MEMBERS, JournalMode::AlwaysOn);
+        for chunk in 0..stripes * DATA_CHUNKS {
+            h.write(chunk * CHUNK, &[0xA0; CHUNK as usize]).unwrap();
+        }
+        h.flush().unwrap();
+        // The first batch after the flush carries its retirement point, in rotation.
+        h.write(CHUNK, &[0xA1; CHUNK as usize]).unwrap();
+        let geometry = *h.engine.geometry();
+        let mut parity_members: Vec<usize> = (0..stripes)
+            .map(|stripe| geometry.parity_placement(stripe, 0).member)
+            .collect();
+        parity_members.sort_unstable();
+        parity_members.dedup();
+        assert_eq!(parity_members.len() as u64, stripes, "parity rotates");
+        let before = h.engine.status().counters;
+        for stripe in 0..stripes {
+            let chunk = stripe * DATA_CHUNKS + 1;
+            h.submit_write(chunk * CHUNK, &[0xB0 + stripe as u8; CHUNK as usize]);
+        }
+        let mut copies = run_until_stuck_in_rounds(&mut h, true, |_, _, _| true);
+        let after = h.engine.status().counters;
+        assert_eq!(
+            after.journal_batches - before.journal_batches,
+            1,
+            "one batch"
+        );
+        assert_eq!(copies.len(), writes, "{stripes} stripes: {copies:?}");
+        assert_eq!(
+            after.journal_bytes - before.journal_bytes,
+            bytes,
+            "{stripes} stripes"
+        );
+        copies.sort_unstable();
+        let members: Vec<usize> = copies.iter().map(|&(member, _)| member).collect();
+        let split = after.journal_home_batches > before.journal_home_batches;
+        assert_eq!(split, stripes == 2, "{stripes} stripes split");
+        if split {
+            assert_eq!(members, parity_members, "a piece on each parity member");
+        }
+        for stripe in 0..stripes {
+            let chunk = stripe * DATA_CHUNKS + 1;
+            assert_filled(
+                &h.read(chunk * CHUNK, CHUNK).unwrap(),
+                0xB0 + stripe as u8,
+                &format!("stripe {stripe}"),
+            );
+        }
+    }
+}
+
 /// Stripe updates hold their buffers until their entries are durable, so a batch that could
 /// only come from a pool they filled would wait for them forever (simulator seed 15091). The
 /// pool here has no free block larger than 4 KiB: the update's reads fit, its batch (header and
