@@ -250,6 +250,14 @@ pub trait Driver {
     /// Operations submitted whose completion has not been returned yet.
     fn in_flight(&self) -> usize;
 
+    /// Appends to `out` the completions already known without a system call (operations run
+    /// inline at submission, and those met while submitting), and returns how many: an event
+    /// loop answers them at once instead of going round `wait` for them.
+    fn take_ready(&mut self, out: &mut Vec<Completion>) -> usize {
+        let _ = out;
+        0
+    }
+
     /// Runs reads, writes and fsyncs on `fd` synchronously at submission (their completions
     /// come with the next `wait`) when `inline` is true, asynchronously otherwise. For files
     /// that cannot do non-blocking I/O (tmpfs: see [`crate::MemberDevice::nowait_io`]),

@@ -231,6 +231,12 @@ impl Driver for PollDriver {
         self.ready.len() + self.waiting.len()
     }
 
+    fn take_ready(&mut self, out: &mut Vec<Completion>) -> usize {
+        let taken = self.ready.len();
+        out.extend(self.ready.drain(..));
+        taken
+    }
+
     fn set_inline(&mut self, _fd: RawFd, _inline: bool) {
         // File operations always run inline here.
     }

@@ -133,6 +133,13 @@ impl Driver for AnyDriver {
         }
     }
 
+    fn take_ready(&mut self, out: &mut Vec<Completion>) -> usize {
+        match self {
+            AnyDriver::Uring(driver) => driver.take_ready(out),
+            AnyDriver::Poll(driver) => driver.take_ready(out),
+        }
+    }
+
     fn set_inline(&mut self, fd: RawFd, inline: bool) {
         match self {
             AnyDriver::Uring(driver) => driver.set_inline(fd, inline),

@@ -645,6 +645,12 @@ impl Driver for UringDriver {
         result
     }
 
+    fn take_ready(&mut self, out: &mut Vec<Completion>) -> usize {
+        let taken = self.ready.len();
+        out.append(&mut self.ready);
+        taken
+    }
+
     fn wait(
         &mut self,
         out: &mut Vec<Completion>,

@@ -606,3 +606,44 @@ fn a_tiny_ring_queues_what_does_not_fit() {
     assert_eq!(collect(&mut driver, 3).len(), 3);
     assert_eq!(driver.in_flight(), 0);
 }
+
+/// An operation run inline at submission is taken without a wait, once: `wait` does not return
+/// it again.
+#[test]
+fn inline_completions_are_taken_without_a_wait_once() {
+    let scratch = ScratchDir::new();
+    for (name, mut driver) in drivers() {
+        let path = scratch.file(&format!("{name}-take-ready"));
+        let file = open_file(&path, false);
+        file.set_len(FILE_BYTES as u64).unwrap();
+        let fd = file.as_raw_fd();
+        driver.set_inline(fd, true);
+        let mut buffer = AlignedBuffer::new(4096);
+        buffer.as_mut_slice().fill(0x5a);
+        // SAFETY: `buffer` outlives the write, which runs inline (and is collected below).
+        unsafe {
+            driver.submit(
+                7,
+                Operation::Write {
+                    fd,
+                    offset_bytes: 8192,
+                    buffer: buffer.as_mut_ptr(),
+                    len_bytes: 4096,
+                    fua: false,
+                },
+            );
+        }
+        let mut taken = Vec::new();
+        assert_eq!(driver.take_ready(&mut taken), 1, "{name}");
+        assert_eq!((taken[0].token, taken[0].result), (7, 4096), "{name}");
+        assert_eq!(driver.take_ready(&mut taken), 0, "{name}: taken once");
+        let mut waited = Vec::new();
+        let got = driver
+            .wait(&mut waited, Some(Duration::from_millis(50)))
+            .unwrap();
+        assert_eq!(got, 0, "{name}: wait does not return it again");
+        let on_disk = std::fs::read(&path).unwrap();
+        assert!(on_disk[8192..12288].iter().all(|&b| b == 0x5a), "{name}");
+        driver.set_inline(fd, false);
+    }
+}

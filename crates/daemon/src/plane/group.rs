@@ -258,7 +258,15 @@ impl DataPlane {
     /// until nothing is left (in-memory completions feed straight back in).
     pub(super) fn process_engines(&mut self) {
         loop {
-            let mut progressed = self.hand_over_completions();
+            // Member I/O run inline (tmpfs members) has finished already: its completions go
+            // to the engines now, not one turn of the event loop later.
+            let mut ready = std::mem::take(&mut self.ready_completions);
+            let mut progressed = self.driver.take_ready(&mut ready) > 0;
+            for completion in ready.drain(..) {
+                self.dispatch(completion);
+            }
+            self.ready_completions = ready;
+            progressed |= self.hand_over_completions();
             progressed |= self.hand_over_submissions();
             let mut ids = std::mem::take(&mut self.group_ids);
             ids.clear();

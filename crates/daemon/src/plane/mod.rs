@@ -137,6 +137,8 @@ pub struct DataPlane {
     /// engine in one call.
     submissions: Vec<(u32, tessera_raid::engine::HostRequest)>,
     completions: Vec<Completion>,
+    /// Completions taken between waits (`Driver::take_ready`), kept for their capacity.
+    ready_completions: Vec<Completion>,
     /// Reply header buffers whose sends finished, kept for the next replies so that
     /// answering a request allocates nothing once the plane is warm.
     spare_bytes: tessera_buffer::SpareVecs,
@@ -418,6 +420,7 @@ impl DataPlane {
             connection_keys: Vec::new(),
             thin_names: Vec::new(),
             completions: Vec::new(),
+            ready_completions: Vec::new(),
             scrub_finished_unix_ms: BTreeMap::new(),
             vd_io: BTreeMap::new(),
             offload_parity: false,
