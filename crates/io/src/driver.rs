@@ -259,7 +259,8 @@ pub trait Driver {
     }
 
     /// Runs reads, writes and fsyncs on `fd` synchronously at submission (their completions
-    /// come with the next `wait`) when `inline` is true, asynchronously otherwise. For files
+    /// come with the next `wait`, or `take_ready`) when `inline` is true, asynchronously
+    /// otherwise. For files
     /// that cannot do non-blocking I/O (tmpfs: see [`crate::MemberDevice::nowait_io`]),
     /// io_uring hands every request to a kernel worker thread; a synchronous copy costs less.
     /// The io_uring driver still hands reads and writes above [`crate::INLINE_BYTES_MAX`] to its

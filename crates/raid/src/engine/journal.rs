@@ -225,6 +225,8 @@ pub(crate) struct Journal {
     /// The plan and one piece's descriptors of a batch being split, kept likewise.
     piece_plan: Vec<PieceItem>,
     piece_descriptors: Vec<EntryDescriptor>,
+    /// Bytes of each piece of `piece_plan`, in its order (`Engine::plan_pieces`).
+    piece_bytes: Vec<u64>,
 }
 
 /// Where a batch's copies go: (member, start within its ring).
@@ -299,6 +301,7 @@ impl Journal {
             sealing_entries: Vec::new(),
             piece_plan: Vec::new(),
             piece_descriptors: Vec::new(),
+            piece_bytes: Vec::new(),
         }
     }
 
@@ -833,13 +836,16 @@ impl Engine {
         }
         plan.sort_unstable_by_key(|item| (item.member, item.entry));
         let whole = (format::batch_bytes(entries) + WRITE_COST_BYTES) * (parity_chunks as u64 + 1);
-        let mut split = 0;
         let mut descriptors = std::mem::take(&mut self.journal.piece_descriptors);
+        let mut lens = std::mem::take(&mut self.journal.piece_bytes);
+        lens.clear();
         for piece in plan.chunk_by(|a, b| a.member == b.member) {
             self.piece_descriptors(entries, piece, &mut descriptors);
-            split += format::batch_bytes(&descriptors) + WRITE_COST_BYTES;
+            lens.push(format::batch_bytes(&descriptors));
         }
+        let split: u64 = lens.iter().map(|len| len + WRITE_COST_BYTES).sum();
         self.journal.piece_descriptors = descriptors;
+        self.journal.piece_bytes = lens;
         split < whole
     }
 
@@ -880,7 +886,7 @@ impl Engine {
         let mut plan = std::mem::take(&mut self.journal.piece_plan);
         let mut count = self.gather_batch(self.batch_cap_bytes(), &mut descriptors);
         if self.plan_pieces(&descriptors, &mut plan)
-            && let Some(pieces) = self.alloc_pieces(&descriptors, &plan)
+            && let Some(pieces) = self.alloc_pieces(&plan)
         {
             self.journal.piece_plan = plan;
             return self.seal_gathered(count, descriptors, Copies::Pieces(pieces));
@@ -927,15 +933,14 @@ impl Engine {
         self.seal_gathered(count, descriptors, Copies::Whole { buffer, places })
     }
 
-    /// Memory and ring space for each piece of `plan`, or `None` (nothing held) when some
-    /// piece has neither: the batch then goes whole, in rotation.
-    fn alloc_pieces(&mut self, entries: &[EntryDescriptor], plan: &[PieceItem]) -> Option<Pieces> {
+    /// Memory and ring space for each piece of `plan` (of the sizes `plan_pieces` found), or
+    /// `None` (nothing held) when some piece has neither: the batch then goes whole, in
+    /// rotation.
+    fn alloc_pieces(&mut self, plan: &[PieceItem]) -> Option<Pieces> {
         let mut pieces = Pieces::new();
-        let mut descriptors = std::mem::take(&mut self.journal.piece_descriptors);
         let ring_bytes = self.journal.ring_bytes;
-        for piece in plan.chunk_by(|a, b| a.member == b.member) {
-            self.piece_descriptors(entries, piece, &mut descriptors);
-            let len = format::batch_bytes(&descriptors);
+        let lens = std::mem::take(&mut self.journal.piece_bytes);
+        for (piece, &len) in plan.chunk_by(|a, b| a.member == b.member).zip(&lens) {
             let member = piece[0].member;
             let placed = self
                 .journal
@@ -946,12 +951,12 @@ impl Engine {
                 for (buffer, _, _) in pieces {
                     self.release_batch_buffer(buffer);
                 }
-                self.journal.piece_descriptors = descriptors;
+                self.journal.piece_bytes = lens;
                 return None;
             };
             pieces.push((BatchBuffer::Pool(buffer), member, start));
         }
-        self.journal.piece_descriptors = descriptors;
+        self.journal.piece_bytes = lens;
         Some(pieces)
     }
 

@@ -72,6 +72,23 @@ struct Applying {
     supplied: Vec<(u64, SuppliedColumns)>,
 }
 
+impl Applying {
+    /// A batch whose copy `copy` (or whose every piece) is being read into `buffers`.
+    fn reading(sequence: u64, copy: usize, buffers: Vec<(BufferId, bool)>) -> Applying {
+        Applying {
+            sequence,
+            copy,
+            pending: u32::try_from(buffers.len()).expect("pieces fit u32"),
+            buffers,
+            reads_pending: 0,
+            read_failed: false,
+            partials: Vec::new(),
+            scratch: Vec::new(),
+            supplied: Vec::new(),
+        }
+    }
+}
+
 /// A batch found on the members: where its copies are (member, offset and bytes), all alike,
 /// or where its pieces are, each with part of it (`pieces`).
 struct Found {
@@ -370,17 +387,7 @@ impl Engine {
             .pool
             .alloc(total as usize)
             .expect("a journal batch fits the pool at start-up");
-        replay.current = Some(Applying {
-            sequence,
-            copy,
-            buffers: vec![(buffer, false)],
-            pending: 1,
-            reads_pending: 0,
-            read_failed: false,
-            partials: Vec::new(),
-            scratch: Vec::new(),
-            supplied: Vec::new(),
-        });
+        replay.current = Some(Applying::reading(sequence, copy, vec![(buffer, false)]));
         let slice = self.pool.full(buffer);
         self.issue(
             member,
@@ -416,17 +423,7 @@ impl Engine {
             .map(|(&(member, offset, _), &(buffer, _))| (member, offset, self.pool.full(buffer)))
             .collect();
         let replay = self.journal.replay.as_mut().expect("replay");
-        replay.current = Some(Applying {
-            sequence,
-            copy: 0,
-            buffers,
-            pending: u32::try_from(reads.len()).expect("pieces fit u32"),
-            reads_pending: 0,
-            read_failed: false,
-            partials: Vec::new(),
-            scratch: Vec::new(),
-            supplied: Vec::new(),
-        });
+        replay.current = Some(Applying::reading(sequence, 0, buffers));
         for (index, (member, offset_bytes, buffer)) in reads.into_iter().enumerate() {
             self.issue(
                 member,
