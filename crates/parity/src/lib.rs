@@ -6,12 +6,14 @@
 //! [`kernel_by_name`] or [`available_kernels`] to call one directly. [`Parity`] picks the fastest
 //! this CPU runs, per operation, by timing them at start-up ([`Parity::streaming`] gives the
 //! `-nt` counterparts for data streamed from DRAM). [`locate_single_error`] names the one bad
-//! chunk of a stripe from its syndromes, for scrub. Everything works on caller-owned buffers and
+//! chunk of a stripe from its syndromes, for scrub. [`checksum`] is the CRC32C of everything
+//! written to members. Everything works on caller-owned buffers and
 //! never allocates in the hot path. This crate does no I/O.
 //!
 //! See `docs/parity.md` for how the kernels work and what they measure.
 
 mod checks;
+pub mod checksum;
 mod error;
 pub mod gf;
 mod kernel;

@@ -12,6 +12,7 @@
 //! written while the other keeps the previous version. The reader takes, per block, the valid
 //! copy with the highest sequence across all members.
 
+use tessera_parity::checksum;
 /// Bytes of one bitmap block.
 pub const BLOCK_BYTES: usize = 4096;
 const HEADER_BYTES: usize = 32;
@@ -58,7 +59,7 @@ pub fn encode_block(
     out[16..24].copy_from_slice(&group_tag.to_le_bytes());
     out[HEADER_BYTES..HEADER_BYTES + written.len()].copy_from_slice(written);
     out[HEADER_BYTES + HALF_BYTES..HEADER_BYTES + HALF_BYTES + dirty.len()].copy_from_slice(dirty);
-    let crc = crc32c::crc32c(&out);
+    let crc = checksum::crc32c(&out);
     out[24..28].copy_from_slice(&crc.to_le_bytes());
     out
 }
@@ -76,7 +77,7 @@ pub fn decode_block(bytes: &[u8], group_tag: u64, index: u32) -> Result<BlockIma
     }
     let mut zeroed = bytes[..BLOCK_BYTES].to_vec();
     zeroed[24..28].fill(0);
-    if crc32c::crc32c(&zeroed) != u32_at(24) {
+    if checksum::crc32c(&zeroed) != u32_at(24) {
         return Err(BlockError::Checksum);
     }
     Ok(BlockImage {

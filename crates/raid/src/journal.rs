@@ -36,6 +36,7 @@
 
 use crate::geometry::Column;
 use crate::superblock::Uuid;
+use tessera_parity::checksum;
 
 pub const BATCH_MAGIC: [u8; 8] = *b"TSJBATCH";
 pub const BATCH_VERSION: u32 = 1;
@@ -327,7 +328,7 @@ pub fn encode_batch(
             }
         }
     }
-    let crc = crc32c::crc32c(out);
+    let crc = checksum::crc32c(out);
     out[12..16].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -365,9 +366,11 @@ pub fn decode_batch(bytes: &[u8], group_uuid: Uuid) -> Result<Batch, BatchError>
     }
     let image = &bytes[..total];
     let stored = u32::from_le_bytes(image[12..16].try_into().expect("4 bytes"));
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&image[..12]), &[0; 4]);
-    let crc = crc32c::crc32c_append(crc, &image[16..]);
-    if crc != stored {
+    let mut crc = checksum::Crc32c::new();
+    crc.update(&image[..12]);
+    crc.update(&[0; 4]);
+    crc.update(&image[16..]);
+    if crc.finish() != stored {
         return Err(BatchError::Checksum);
     }
     let descriptors = header.descriptor_bytes as usize;

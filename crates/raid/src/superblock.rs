@@ -7,6 +7,7 @@
 
 use crate::geometry::{Geometry, GeometryError, Level, MAX_MEMBERS};
 use std::fmt;
+use tessera_parity::checksum;
 
 /// Bytes of one superblock copy.
 pub const SUPERBLOCK_BYTES: usize = 16 * 1024;
@@ -348,7 +349,7 @@ impl Superblock {
             u32::try_from(self.config.len()).expect("config fits u32"),
         );
         w.bytes(CONFIG_OFFSET + 4, &self.config);
-        let crc = crc32c::crc32c(&out);
+        let crc = checksum::crc32c(&out);
         out[12..16].copy_from_slice(&crc.to_le_bytes());
         out
     }
@@ -370,7 +371,7 @@ impl Superblock {
         let stored_crc = r.u32(12);
         let mut zeroed = bytes.to_vec();
         zeroed[12..16].fill(0);
-        if crc32c::crc32c(&zeroed) != stored_crc {
+        if checksum::crc32c(&zeroed) != stored_crc {
             return Err(SuperblockError::Checksum);
         }
         let level =
@@ -686,7 +687,7 @@ mod tests {
     /// Re-seals an edited image so only the edited field is wrong.
     fn reseal(image: &mut [u8]) {
         image[12..16].fill(0);
-        let crc = crc32c::crc32c(image);
+        let crc = checksum::crc32c(image);
         image[12..16].copy_from_slice(&crc.to_le_bytes());
     }
 

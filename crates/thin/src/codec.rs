@@ -2,6 +2,7 @@
 
 use crate::BLOCK_BYTES;
 use crate::lz4::Lz4Encoder;
+use tessera_parity::checksum;
 
 const BLOCK: usize = BLOCK_BYTES as usize;
 
@@ -108,7 +109,7 @@ pub fn decompress(codec: Codec, stored: &[u8], out: &mut [u8]) -> Result<(), Str
 /// The checksum of a stored block (over its stored bytes, so corruption is caught before the
 /// decompressor sees it).
 pub fn checksum(stored: &[u8]) -> u32 {
-    crc32c::crc32c(stored)
+    checksum::crc32c(stored)
 }
 
 pub fn is_zero(block: &[u8]) -> bool {

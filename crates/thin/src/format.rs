@@ -3,6 +3,7 @@
 //! Decoding returns `None` for anything that does not check out: it reads what a drive holds.
 
 use crate::codec::Codec;
+use tessera_parity::checksum;
 
 pub const RECORD_MAGIC: [u8; 8] = *b"TSTHINR2";
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"TSTHINC2";
@@ -171,7 +172,7 @@ impl RecordHeader {
                 }
             }
         }
-        let crc = crc32c::crc32c(out);
+        let crc = checksum::crc32c(out);
         out[56..60].copy_from_slice(&crc.to_le_bytes());
     }
 
@@ -194,7 +195,7 @@ impl RecordHeader {
         let mut copy = record[..len].to_vec();
         let stored_crc = le32(&copy, 56);
         copy[56..60].fill(0);
-        if crc32c::crc32c(&copy) != stored_crc {
+        if checksum::crc32c(&copy) != stored_crc {
             return None;
         }
         let kind = match record[48] {
@@ -297,7 +298,7 @@ impl CheckpointHeader {
         out[52..60].copy_from_slice(&self.logical_bytes.to_le_bytes());
         out[60..64].copy_from_slice(&self.record_bytes.to_le_bytes());
         out[64..68].copy_from_slice(&self.records_per_segment.to_le_bytes());
-        let crc = crc32c::crc32c(&out[..76]);
+        let crc = checksum::crc32c(&out[..76]);
         out[76..80].copy_from_slice(&crc.to_le_bytes());
     }
 
@@ -326,7 +327,7 @@ impl CheckpointHeader {
         if bytes.len() < CHECKPOINT_HEADER_BYTES || bytes[0..8] != CHECKPOINT_MAGIC {
             return None;
         }
-        if crc32c::crc32c(&bytes[..76]) != le32(bytes, 76) {
+        if checksum::crc32c(&bytes[..76]) != le32(bytes, 76) {
             return None;
         }
         Some(CheckpointHeader {
