@@ -244,6 +244,27 @@ pub fn entry_cost_bytes(entry: &EntryDescriptor) -> u64 {
     (DESCRIPTOR_BYTES + entry.writes.len() * WRITE_BYTES) as u64 + payload_bytes(entry)
 }
 
+/// Where each payload of a batch holding `entries` lies: `each(entry, write, offset, len)`
+/// in descriptor order, with `write` counted among the entry's writes that carry payload (as
+/// in `Batch::payload_offsets`) and `offset` from the start of the batch.
+pub fn for_each_payload(
+    entries: &[EntryDescriptor],
+    mut each: impl FnMut(usize, usize, usize, usize),
+) {
+    let mut at = payload_start(descriptor_bytes(entries));
+    for (entry_index, entry) in entries.iter().enumerate() {
+        let mut payload_index = 0;
+        for (write_index, write) in entry.writes.iter().enumerate() {
+            if entry.kind.write_has_payload(write_index) {
+                let len = write.len_bytes as usize;
+                each(entry_index, payload_index, at, len);
+                payload_index += 1;
+                at += len;
+            }
+        }
+    }
+}
+
 /// Writes a batch (or with `piece`, one piece of one) into `out` (exactly
 /// `batch_bytes(entries)` long). `payload` yields, in descriptor order, the bytes of each
 /// write that carries some; it is called once per such write with the entry's index, the
@@ -285,8 +306,7 @@ pub fn encode_batch(
     );
     out[60..64].copy_from_slice(&(if piece { FLAG_PIECE } else { 0 }).to_le_bytes());
     let mut at = HEADER_BYTES;
-    let mut payload_at = payload_start(descriptors);
-    for (entry_index, entry) in entries.iter().enumerate() {
+    for entry in entries {
         out[at] = match entry.kind {
             EntryKind::Redo => KIND_REDO,
             EntryKind::Intent => KIND_INTENT,
@@ -301,8 +321,7 @@ pub fn encode_batch(
         );
         out[at + 8..at + 16].copy_from_slice(&entry.stripe.to_le_bytes());
         at += DESCRIPTOR_BYTES;
-        let mut payload_index = 0;
-        for (write_index, write) in entry.writes.iter().enumerate() {
+        for write in &entry.writes {
             assert_eq!(
                 write.len_bytes % PAYLOAD_ALIGN_BYTES as u64,
                 0,
@@ -316,18 +335,11 @@ pub fn encode_batch(
             );
             out[at + 8..at + 16].copy_from_slice(&write.within_bytes.to_le_bytes());
             at += WRITE_BYTES;
-            if entry.kind.write_has_payload(write_index) {
-                let len = write.len_bytes as usize;
-                payload(
-                    entry_index,
-                    payload_index,
-                    &mut out[payload_at..payload_at + len],
-                );
-                payload_index += 1;
-                payload_at += len;
-            }
         }
     }
+    for_each_payload(entries, |entry, write, at, len| {
+        payload(entry, write, &mut out[at..at + len]);
+    });
     let crc = checksum::crc32c(out);
     out[12..16].copy_from_slice(&crc.to_le_bytes());
 }
@@ -699,6 +711,54 @@ mod tests {
         let partial = batch.payload_offsets[2][0] as usize;
         assert_eq!(partial, second + 1024);
         assert!(image[partial..partial + 512].iter().all(|&b| b == 33));
+    }
+
+    #[test]
+    fn payload_places_are_where_decoding_finds_them() {
+        // The engine computes partial parity shares into these places before encoding.
+        let check = |entries: &[EntryDescriptor], piece: bool| {
+            let image = encode_piece_over(entries, piece, 0);
+            let batch = decode_batch(&image, uuid(3)).unwrap();
+            let mut places = vec![Vec::new(); entries.len()];
+            for_each_payload(entries, |entry, write, at, len| {
+                assert_eq!(write, places[entry].len());
+                let payload_lens = entries[entry]
+                    .writes
+                    .iter()
+                    .enumerate()
+                    .filter(|&(index, _)| entries[entry].kind.write_has_payload(index))
+                    .map(|(_, write)| write.len_bytes);
+                assert_eq!(Some(len as u64), payload_lens.clone().nth(write));
+                places[entry].push(at as u64);
+            });
+            assert_eq!(places, batch.payload_offsets);
+        };
+        check(&sample(), false);
+        let data = WriteDescriptor {
+            column: Column::Data(0),
+            within_bytes: 0,
+            len_bytes: 1536,
+        };
+        let piece = [
+            EntryDescriptor {
+                kind: EntryKind::Intent,
+                stripe: 9,
+                writes: EntryWrites::new(),
+            },
+            EntryDescriptor {
+                kind: EntryKind::ParityPiece,
+                stripe: 13,
+                writes: vec![
+                    data,
+                    WriteDescriptor {
+                        column: Column::Parity(1),
+                        ..data
+                    },
+                ]
+                .into(),
+            },
+        ];
+        check(&piece, true);
     }
 
     #[test]

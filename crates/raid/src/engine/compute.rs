@@ -217,6 +217,19 @@ impl Engine {
         self.update_parity(index, data, zeroes, Some(p), q, None);
     }
 
+    /// `q ^= g^index * data` over a range, with `scratch_p` (a slice nothing reads) as the P+Q
+    /// kernel's P output.
+    pub(super) fn fold_data_into_q(
+        &mut self,
+        index: usize,
+        data: BufferSlice,
+        q: BufferSlice,
+        scratch_p: BufferSlice,
+    ) {
+        let zeroes = BufferSlice::new(self.zero_buffer, 0, data.len());
+        self.update_parity(index, data, zeroes, None, Some(q), Some(scratch_p));
+    }
+
     /// Recovers lost data chunks: `data[i]` holds chunk `i` (read) or receives it (lost).
     pub(super) fn recover_data(
         &mut self,

@@ -92,8 +92,24 @@ impl Ring {
 struct OpenEntry {
     op: OpId,
     descriptor: EntryDescriptor,
+    /// Per write that carries payload: its bytes, or for a partial parity entry the stripe's
+    /// new parity (P, then Q) from which `fold` makes the share when the batch is encoded.
     payload: smallvec::SmallVec<[BufferSlice; 3]>,
+    fold: Option<Fold>,
     region: u64,
+}
+
+/// What turns a partial parity entry's new parity into its shares when its batch is encoded:
+/// the written data column's new contents over the entry's range, taken out of P (and Q).
+/// The shares are computed straight into their place in the batch (or piece), so they are
+/// never copied there.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Fold {
+    index: usize,
+    data: BufferSlice,
+    /// A slice the update no longer reads, of the range's length: the P+Q kernel's P output
+    /// while making a Q share alone.
+    scratch_p: BufferSlice,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,6 +243,9 @@ pub(crate) struct Journal {
     piece_descriptors: Vec<EntryDescriptor>,
     /// Bytes of each piece of `piece_plan`, in its order (`Engine::plan_pieces`).
     piece_bytes: Vec<u64>,
+    /// The shares of the batch or piece being encoded: fold, which parity, new parity, and
+    /// where the share goes; kept likewise.
+    share_slots: Vec<(Fold, usize, BufferSlice, BufferSlice)>,
 }
 
 /// Where a batch's copies go: (member, start within its ring).
@@ -302,6 +321,7 @@ impl Journal {
             piece_plan: Vec::new(),
             piece_descriptors: Vec::new(),
             piece_bytes: Vec::new(),
+            share_slots: Vec::new(),
         }
     }
 
@@ -485,18 +505,18 @@ impl Engine {
     /// The partial parity entry of an update of one data column on an optimal group: the new
     /// parity without the new data over the written range, which is the parity of the other
     /// data columns there (P, and on RAID6 Q as a second write). Half the bytes of a redo entry
-    /// on RAID5, two thirds on RAID6. The P part goes into `spare`; the Q part into a buffer
-    /// taken here and left in `scratch`, freed with the op. The entry's writes go into
-    /// `writes`; `None` (and `writes` untouched) when a redo entry is needed.
+    /// on RAID5, two thirds on RAID6. The entry's writes go into `writes`, naming the new
+    /// parity; the shares are made from it when the batch is encoded, by the fold returned
+    /// (`spare`, a slice the update no longer reads, is its scratch). `None` (and `writes`
+    /// untouched) when a redo entry is needed.
     pub(super) fn partial_parity_entry(
         &mut self,
         stripe: u64,
         fragments: &[Fragment],
         parity_writes: &[(usize, BufferSlice, u64)],
         spare: Option<BufferSlice>,
-        scratch: &mut Vec<BufferId>,
         writes: &mut Vec<(Column, u64, BufferSlice)>,
-    ) -> Option<()> {
+    ) -> Option<Fold> {
         let [fragment] = fragments else {
             return None;
         };
@@ -522,30 +542,34 @@ impl Engine {
             }
             new_parity[which] = Some(parity.sub(at, len));
         }
-        let out_p = spare.filter(|spare| spare.len() == len)?;
+        let scratch_p = spare.filter(|spare| spare.len() == len)?;
         let start = fragment.range.start_bytes;
-        let p = new_parity[0].expect("P is among the parity writes");
-        let out_q = match new_parity[1] {
-            None => {
-                self.generate_parity(&[p, fragment.buffer], &[out_p]);
-                None
-            }
-            Some(q) => {
-                let id = self.pool.alloc(len)?;
-                scratch.push(id);
-                let out_q = self.pool.full(id);
-                self.copy_slice(p, out_p);
-                self.copy_slice(q, out_q);
-                self.fold_data_into_parity(fragment.index, fragment.buffer, out_p, Some(out_q));
-                Some(out_q)
-            }
-        };
         writes.clear();
-        writes.push((Column::Data(fragment.index), start, out_p));
-        if let Some(out_q) = out_q {
-            writes.push((Column::Parity(1), start, out_q));
+        writes.push((
+            Column::Data(fragment.index),
+            start,
+            new_parity[0].expect("P is among the parity writes"),
+        ));
+        if let Some(q) = new_parity[1] {
+            writes.push((Column::Parity(1), start, q));
         }
-        Some(())
+        Some(Fold {
+            index: fragment.index,
+            data: fragment.buffer,
+            scratch_p,
+        })
+    }
+
+    /// Writes share `which` (0: P, 1: Q) of a partial parity entry into `slot`: the stripe's
+    /// new parity `parity` over the entry's range with the written data taken out, which is
+    /// that parity of the stripe's other data columns.
+    fn write_share(&mut self, fold: Fold, which: usize, parity: BufferSlice, slot: BufferSlice) {
+        if which == 0 {
+            self.generate_parity(&[parity, fold.data], &[slot]);
+        } else {
+            self.copy_slice(parity, slot);
+            self.fold_data_into_q(fold.index, fold.data, slot, fold.scratch_p);
+        }
     }
 
     /// Queues the op's entry for the next batch.
@@ -556,6 +580,7 @@ impl Engine {
         region: u64,
         kind: EntryKind,
         writes: &[(Column, u64, BufferSlice)],
+        fold: Option<Fold>,
     ) {
         let descriptor = EntryDescriptor {
             kind,
@@ -578,6 +603,7 @@ impl Engine {
             op,
             descriptor,
             payload,
+            fold,
             region,
         });
     }
@@ -1006,7 +1032,8 @@ impl Engine {
             Copies::Whole { buffer, places } => {
                 let header = (group_uuid, sequence, retired_below, false);
                 self.encode_into(buffer, header, &descriptors, |entry, write| {
-                    entries[entry].payload[write]
+                    let entry = &entries[entry];
+                    (entry.payload[write], entry.fold.map(|fold| (fold, write)))
                 });
                 self.start_batch_io(sequence, buffer, &places);
                 pending_io = u32::try_from(places.len()).expect("copies fit u32");
@@ -1029,7 +1056,8 @@ impl Engine {
                         } else {
                             write
                         };
-                        entries[item.entry].payload[which]
+                        let entry = &entries[item.entry];
+                        (entry.payload[which], entry.fold.map(|fold| (fold, which)))
                     });
                     self.start_batch_io(sequence, buffer, &[(member, start)]);
                     pending_io += 1;
@@ -1102,15 +1130,28 @@ impl Engine {
     }
 
     /// Encodes a batch or piece with header fields (group, sequence, retired below, piece)
-    /// into `buffer`, each payload copied from the slice `payload(entry, write)` names.
+    /// into `buffer`. `payload(entry, write)` names each payload's bytes, copied in, or for a
+    /// partial parity entry the new parity and the fold that makes the share from it, computed
+    /// in place first.
     fn encode_into(
         &mut self,
         buffer: BatchBuffer,
         (group_uuid, sequence, retired_below, piece): (Uuid, u64, u64, bool),
         descriptors: &[EntryDescriptor],
-        payload: impl Fn(usize, usize) -> BufferSlice,
+        payload: impl Fn(usize, usize) -> (BufferSlice, Option<(Fold, usize)>),
     ) {
         let full = buffer.slice(&self.pool);
+        let mut shares = std::mem::take(&mut self.journal.share_slots);
+        shares.clear();
+        format::for_each_payload(descriptors, |entry, write, at, len| {
+            if let (parity, Some((fold, which))) = payload(entry, write) {
+                shares.push((fold, which, parity, full.sub(at, len)));
+            }
+        });
+        for &(fold, which, parity, slot) in &shares {
+            self.write_share(fold, which, parity, slot);
+        }
+        self.journal.share_slots = shares;
         let mut access = self.pool.access();
         let out = access.get_mut(full);
         format::encode_batch(
@@ -1120,7 +1161,11 @@ impl Engine {
             retired_below,
             piece,
             descriptors,
-            |entry, write, bytes| access.copy_into(payload(entry, write), bytes),
+            |entry, write, bytes| {
+                if let (source, None) = payload(entry, write) {
+                    access.copy_into(source, bytes);
+                }
+            },
         );
     }
 

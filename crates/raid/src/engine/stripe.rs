@@ -208,8 +208,8 @@ pub(crate) struct StripeOp {
     pub(super) journal_sequence: Option<u64>,
     pub(super) journal_committed: bool,
     /// `journal_writes` is a partial parity entry (one data column and the parity of the
-    /// others), not a redo entry.
-    pub(super) journal_partial_parity: bool,
+    /// others), not a redo entry: how its shares are made from the new parity it names.
+    pub(super) journal_fold: Option<super::journal::Fold>,
     /// A parity write that went out without a journal entry.
     pub(super) unjournaled: bool,
     /// A resync run by journal replay (not by background resync).
@@ -249,7 +249,7 @@ impl StripeOp {
             full_stripe: false,
             journal_sequence: None,
             journal_committed: false,
-            journal_partial_parity: false,
+            journal_fold: None,
             unjournaled: false,
             journal_replay: false,
             supplied: Vec::new(),
@@ -571,12 +571,19 @@ impl Engine {
                             EntryKind::SuppliedIntent
                         } else if op.full_stripe {
                             EntryKind::Intent
-                        } else if op.journal_partial_parity {
+                        } else if op.journal_fold.is_some() {
                             EntryKind::PartialParity
                         } else {
                             EntryKind::Redo
                         };
-                        self.journal_append(id, op.stripe, op.region, kind, writes);
+                        self.journal_append(
+                            id,
+                            op.stripe,
+                            op.region,
+                            kind,
+                            writes,
+                            op.journal_fold,
+                        );
                         op.stage = Stage::Journal;
                     } else {
                         op.hold_writes = false;
@@ -1409,22 +1416,21 @@ impl Engine {
                 }
             }
         }
-        if op.hold_writes
-            && self
-                .partial_parity_entry(
-                    op.stripe,
-                    &fragments,
-                    &parity_writes,
-                    spare,
-                    &mut op.scratch,
-                    &mut op.journal_writes,
-                )
-                .is_some()
-        {
-            op.journal_partial_parity = true;
+        let fold = if op.hold_writes {
+            self.partial_parity_entry(
+                op.stripe,
+                &fragments,
+                &parity_writes,
+                spare,
+                &mut op.journal_writes,
+            )
+        } else {
+            None
+        };
+        op.journal_fold = fold;
+        if fold.is_some() {
             op.full_stripe = false;
         } else if op.hold_writes {
-            op.journal_partial_parity = false;
             // A full-stripe write needs no contents in the journal where every data column has
             // a member: replay recomputes parity from the data on the members. A data column
             // without a member lives only in parity, which a torn write leaves useless, so its
