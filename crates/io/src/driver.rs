@@ -260,11 +260,11 @@ pub trait Driver {
 
     /// Runs reads, writes and fsyncs on `fd` synchronously at submission (their completions
     /// come with the next `wait`, or `take_ready`) when `inline` is true, asynchronously
-    /// otherwise. For files
-    /// that cannot do non-blocking I/O (tmpfs: see [`crate::MemberDevice::nowait_io`]),
-    /// io_uring hands every request to a kernel worker thread; a synchronous copy costs less.
-    /// The io_uring driver still hands reads and writes above [`crate::INLINE_BYTES_MAX`] to its
-    /// workers, so that large copies run beside the event loop instead of holding it up.
+    /// otherwise. For files that cannot do non-blocking I/O (tmpfs: see
+    /// [`crate::MemberDevice::nowait_io`]), io_uring hands every request to a kernel worker
+    /// thread; a synchronous copy costs less. The io_uring driver still hands reads and writes
+    /// above [`crate::INLINE_BYTES_MAX`] to its workers, so that large copies run beside the
+    /// event loop instead of holding it up.
     /// Clear it before closing `fd`, since descriptor numbers are reused. The poll driver
     /// always runs file operations inline.
     fn set_inline(&mut self, fd: RawFd, inline: bool);

@@ -238,7 +238,8 @@ pub(crate) struct Journal {
     /// their capacity.
     sealing_descriptors: Vec<EntryDescriptor>,
     sealing_entries: Vec<OpenEntry>,
-    /// The plan and one piece's descriptors of a batch being split, kept likewise.
+    /// The plan of a batch being split and its pieces' descriptors (one per item of the plan,
+    /// in its order), kept likewise.
     piece_plan: Vec<PieceItem>,
     piece_descriptors: Vec<EntryDescriptor>,
     /// Bytes of each piece of `piece_plan`, in its order (`Engine::plan_pieces`).
@@ -863,11 +864,17 @@ impl Engine {
         plan.sort_unstable_by_key(|item| (item.member, item.entry));
         let whole = (format::batch_bytes(entries) + WRITE_COST_BYTES) * (parity_chunks as u64 + 1);
         let mut descriptors = std::mem::take(&mut self.journal.piece_descriptors);
+        descriptors.clear();
+        descriptors.extend(
+            plan.iter()
+                .map(|item| self.piece_descriptor(&entries[item.entry], item.parity)),
+        );
         let mut lens = std::mem::take(&mut self.journal.piece_bytes);
         lens.clear();
+        let mut at = 0;
         for piece in plan.chunk_by(|a, b| a.member == b.member) {
-            self.piece_descriptors(entries, piece, &mut descriptors);
-            lens.push(format::batch_bytes(&descriptors));
+            lens.push(format::batch_bytes(&descriptors[at..at + piece.len()]));
+            at += piece.len();
         }
         let split: u64 = lens.iter().map(|len| len + WRITE_COST_BYTES).sum();
         self.journal.piece_descriptors = descriptors;
@@ -875,34 +882,25 @@ impl Engine {
         split < whole
     }
 
-    /// The descriptors of one piece (items of one member).
-    fn piece_descriptors(
-        &self,
-        entries: &[EntryDescriptor],
-        piece: &[PieceItem],
-        out: &mut Vec<EntryDescriptor>,
-    ) {
-        out.clear();
-        let raid6 = self.geometry.parity_chunks() == 2;
-        out.extend(piece.iter().map(|item| {
-            let entry = &entries[item.entry];
-            if entry.kind == EntryKind::PartialParity && raid6 {
-                let data = entry.writes[0];
-                EntryDescriptor {
-                    kind: EntryKind::ParityPiece,
-                    stripe: entry.stripe,
-                    writes: smallvec::smallvec![
-                        data,
-                        format::WriteDescriptor {
-                            column: Column::Parity(item.parity),
-                            ..data
-                        },
-                    ],
-                }
-            } else {
-                entry.clone()
+    /// An entry as a piece for the member of its parity `parity` holds it: a RAID6 partial
+    /// parity entry becomes that parity's share alone; other entries go whole.
+    fn piece_descriptor(&self, entry: &EntryDescriptor, parity: usize) -> EntryDescriptor {
+        if entry.kind == EntryKind::PartialParity && self.geometry.parity_chunks() == 2 {
+            let data = entry.writes[0];
+            EntryDescriptor {
+                kind: EntryKind::ParityPiece,
+                stripe: entry.stripe,
+                writes: smallvec::smallvec![
+                    data,
+                    format::WriteDescriptor {
+                        column: Column::Parity(parity),
+                        ..data
+                    },
+                ],
             }
-        }));
+        } else {
+            entry.clone()
+        }
     }
 
     /// Seals the oldest open entries into a batch and starts writing it. False when it must
@@ -1041,14 +1039,16 @@ impl Engine {
             }
             Copies::Pieces(pieces) => {
                 let plan = std::mem::take(&mut self.journal.piece_plan);
-                let mut piece_descriptors = std::mem::take(&mut self.journal.piece_descriptors);
+                let all_descriptors = std::mem::take(&mut self.journal.piece_descriptors);
+                let mut at = 0;
                 for (piece, (buffer, member, start)) in
                     plan.chunk_by(|a, b| a.member == b.member).zip(pieces)
                 {
                     assert_eq!(piece[0].member, member, "pieces in plan order");
-                    self.piece_descriptors(&descriptors, piece, &mut piece_descriptors);
+                    let piece_descriptors = &all_descriptors[at..at + piece.len()];
+                    at += piece.len();
                     let header = (group_uuid, sequence, retired_below, true);
-                    self.encode_into(buffer, header, &piece_descriptors, |index, write| {
+                    self.encode_into(buffer, header, piece_descriptors, |index, write| {
                         let item = piece[index];
                         // A parity piece's one payload is its parity's share.
                         let which = if piece_descriptors[index].kind == EntryKind::ParityPiece {
@@ -1064,7 +1064,7 @@ impl Engine {
                     buffers.push(buffer);
                 }
                 self.journal.piece_plan = plan;
-                self.journal.piece_descriptors = piece_descriptors;
+                self.journal.piece_descriptors = all_descriptors;
             }
         }
         let mut intents = smallvec::SmallVec::new();

@@ -417,7 +417,7 @@ impl Engine {
                 (buffer, false)
             })
             .collect();
-        let reads: Vec<(usize, u64, BufferSlice)> = copies
+        let reads: Vec<DataRead> = copies
             .iter()
             .zip(&buffers)
             .map(|(&(member, offset, _), &(buffer, _))| (member, offset, self.pool.full(buffer)))
