@@ -3,7 +3,7 @@
 //! new writes verify while degraded.
 
 mod daemon;
-use daemon::{Daemon, fio_verify, have};
+use daemon::{Daemon, fio_verify, have, sh};
 
 fn level_round(daemon: &Daemon, level: &str, members: usize, failures: usize) {
     let vd = format!("vd-raid{level}");
@@ -59,5 +59,70 @@ fn degraded_raid6_under_a_deep_queue_of_small_writes() {
         "64M",
         &["--randseed=13", "--bsrange=4k-4k", "--iodepth=128"],
         daemon.dir.path(),
+    );
+}
+
+/// Bytes the member files of `daemon` hold on their file system (not their sizes).
+fn allocated_member_bytes(daemon: &Daemon) -> u64 {
+    std::fs::read_dir(daemon.dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "img"))
+        .map(|path| std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(path).unwrap()) * 512)
+        .sum()
+}
+
+/// A region's first write zeroes the region on every member, but without writing the zeroes
+/// where the member can zero a range itself (on tmpfs a punched hole): the member files stay
+/// sparse, `/metrics` counts the zeroing apart from the writes, and the drive reads back the
+/// write with zeroes around it.
+#[test]
+fn a_first_write_zeroes_its_region_without_writing_zeroes() {
+    let daemon = Daemon::start();
+    let uri = daemon.group_with_vd("5", 4, 64 << 20, "vd-zero", 96 << 20);
+    let series = |name: &str| {
+        daemon
+            .metric(&format!("{name}{{dg=\"0\"}}"))
+            .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+    };
+    let written_before = series("tessera_dg_member_write_bytes_total");
+    let zeroed_before = series("tessera_dg_member_zeroed_bytes_total");
+    let allocated_before = allocated_member_bytes(&daemon);
+
+    let offset_bytes: u64 = (40 << 20) + 12 * 1024;
+    let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 1) as u8).collect();
+    let mut client = tessera_nbd::Client::connect_str(&uri).expect("NBD client");
+    client.write_at(&pattern, offset_bytes, false).unwrap();
+    client.flush().unwrap();
+
+    // The region (4 MiB of the drive, its share on each of the four members) was zeroed, and
+    // what was written is the update itself and metadata, far less than the region.
+    let zeroed = series("tessera_dg_member_zeroed_bytes_total") - zeroed_before;
+    let written = series("tessera_dg_member_write_bytes_total") - written_before;
+    assert!(zeroed >= 4 << 20, "zeroed {zeroed} bytes");
+    assert!(written < 1 << 20, "wrote {written} bytes to members");
+    let file_system = sh(
+        "stat",
+        &[
+            "-f",
+            "--format=%T",
+            &daemon.dir.path().display().to_string(),
+        ],
+    );
+    if file_system.trim() == "tmpfs" {
+        let grown = allocated_member_bytes(&daemon) - allocated_before;
+        assert!(grown < 1 << 20, "member files grew by {grown} bytes");
+    }
+
+    let around = 8u64 << 20;
+    let start = offset_bytes - (4 << 20);
+    let mut back = vec![0xEEu8; around as usize];
+    client.read_at(&mut back, start).unwrap();
+    let mut expected = vec![0u8; around as usize];
+    let at = (offset_bytes - start) as usize;
+    expected[at..at + pattern.len()].copy_from_slice(&pattern);
+    assert!(
+        back == expected,
+        "the drive does not read back the write among zeroes"
     );
 }

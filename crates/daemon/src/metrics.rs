@@ -38,7 +38,7 @@ impl DataPlane {
             );
         }
         type Field = fn(&tessera_raid::engine::Counters) -> u64;
-        let series: [(&str, &str, Field); 21] = [
+        let series: [(&str, &str, Field); 22] = [
             (
                 "tessera_dg_host_read_bytes_total",
                 "Bytes read by hosts from a drive group.",
@@ -58,6 +58,11 @@ impl DataPlane {
                 "tessera_dg_member_write_bytes_total",
                 "Bytes written to members by a drive group.",
                 |c| c.member_write_bytes,
+            ),
+            (
+                "tessera_dg_member_zeroed_bytes_total",
+                "Bytes of members zeroed by a drive group before first use of a region (Write Zeroes or fallocate where the member has it, written zeroes otherwise); not in member_write_bytes.",
+                |c| c.member_zeroed_bytes,
             ),
             (
                 "tessera_dg_host_reads_total",

@@ -122,6 +122,19 @@ pub enum Operation {
         /// File or block device.
         fd: RawFd,
     },
+    /// `fallocate(fd, mode, offset_bytes, len_bytes)`: completes with 0 or an error (EOPNOTSUPP
+    /// when the file system or device does not do `mode`). Member zeroing uses it
+    /// ([`crate::MemberDevice::zero_operation`]).
+    Fallocate {
+        /// File or block device.
+        fd: RawFd,
+        /// `FALLOC_FL_*` flags.
+        mode: i32,
+        /// Where in the file.
+        offset_bytes: u64,
+        /// How much.
+        len_bytes: u64,
+    },
     /// `recv` on a stream socket: completes with 1 to `len_bytes` bytes, or 0 at end of stream.
     Recv {
         /// The socket.
@@ -178,6 +191,7 @@ pub(crate) fn descriptor(operation: &Operation) -> RawFd {
         Operation::Read { fd, .. }
         | Operation::Write { fd, .. }
         | Operation::Fsync { fd }
+        | Operation::Fallocate { fd, .. }
         | Operation::Recv { fd, .. }
         | Operation::Send { fd, .. }
         | Operation::Accept { fd }

@@ -41,7 +41,7 @@ mod wake;
 
 pub use driver::{Completion, Driver, Operation, SEND_PARTS_MAX, SendParts};
 pub use error::{IoError, errno_means_gone, errno_text};
-pub use member::{MemberDevice, MemberKind, create_file_member, open_member};
+pub use member::{MemberDevice, MemberKind, ZeroMethod, create_file_member, open_member};
 pub use memory::MemoryMember;
 pub use pipe::{Pipe, send_nonblocking};
 pub use poll::PollDriver;

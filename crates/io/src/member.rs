@@ -14,7 +14,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::driver::Driver;
+use crate::driver::{Driver, Operation};
 use crate::error::{IoError, errno_text};
 use crate::sync_member::{SyncMember, check_range};
 use crate::sys;
@@ -31,6 +31,20 @@ pub enum MemberKind {
     BlockDevice,
     /// A regular file.
     File,
+}
+
+/// How a member makes a range read as zeroes ([`MemberDevice::zero_operation`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZeroMethod {
+    /// `fallocate(FALLOC_FL_ZERO_RANGE)`: on a block device the kernel sends Write Zeroes to
+    /// the drive (or writes zero pages itself when the drive has none); in a file the range
+    /// becomes unwritten extents, still allocated, so later writes cannot run out of space.
+    ZeroRange,
+    /// `fallocate(FALLOC_FL_PUNCH_HOLE)`: tmpfs, which has no ZERO_RANGE and no allocation
+    /// worth keeping (a hole reads as zeroes and holds no memory).
+    PunchHole,
+    /// Writing zeroes: for members that refused the other two.
+    Write,
 }
 
 /// An open local member.
@@ -50,6 +64,7 @@ pub struct MemberDevice {
     /// O_DIRECT needs buffer addresses in multiples of this.
     direct_memory_align_bytes: u32,
     nowait_io: bool,
+    zero_method: ZeroMethod,
 }
 
 impl MemberDevice {
@@ -140,6 +155,39 @@ impl MemberDevice {
         for fd in self.descriptors() {
             driver.set_inline(fd, false);
         }
+    }
+
+    /// How this member zeroes ranges.
+    pub fn zero_method(&self) -> ZeroMethod {
+        self.zero_method
+    }
+
+    /// The operation that makes `len_bytes` at `offset_bytes` read as zeroes without moving
+    /// data, or `None` when this member must be written with zeroes instead.
+    pub fn zero_operation(&self, offset_bytes: u64, len_bytes: u64) -> Option<Operation> {
+        let mode = match self.zero_method {
+            ZeroMethod::ZeroRange => libc::FALLOC_FL_ZERO_RANGE,
+            ZeroMethod::PunchHole => libc::FALLOC_FL_PUNCH_HOLE,
+            ZeroMethod::Write => return None,
+        };
+        Some(Operation::Fallocate {
+            fd: self.buffered_file.as_raw_fd(),
+            mode: mode | libc::FALLOC_FL_KEEP_SIZE,
+            offset_bytes,
+            len_bytes,
+        })
+    }
+
+    /// Records that the member refused its zero operation with `errno` (a file system without
+    /// ZERO_RANGE, an old kernel): from now on it is written with zeroes. `true` when `errno`
+    /// means that (and the caller should write the range instead), `false` for a real error.
+    pub fn zeroing_refused(&mut self, errno: i32) -> bool {
+        let refused = self.zero_method != ZeroMethod::Write
+            && matches!(errno, libc::EOPNOTSUPP | libc::EINVAL | libc::ENODEV);
+        if refused {
+            self.zero_method = ZeroMethod::Write;
+        }
+        refused
     }
 
     /// The descriptor to fdatasync for the member's durability barrier (either descriptor
@@ -309,6 +357,11 @@ pub fn open_member(path: impl AsRef<Path>) -> Result<MemberDevice, IoError> {
         },
     };
     let nowait_io = supports_nowait(fd);
+    let zero_method = match kind {
+        MemberKind::BlockDevice => ZeroMethod::ZeroRange,
+        MemberKind::File if on_tmpfs(fd) => ZeroMethod::PunchHole,
+        MemberKind::File => ZeroMethod::ZeroRange,
+    };
     assert!(direct_offset_align_bytes.is_power_of_two());
     assert!(direct_memory_align_bytes.is_power_of_two());
     Ok(MemberDevice {
@@ -322,7 +375,17 @@ pub fn open_member(path: impl AsRef<Path>) -> Result<MemberDevice, IoError> {
         direct_offset_align_bytes,
         direct_memory_align_bytes,
         nowait_io,
+        zero_method,
     })
+}
+
+/// Whether the file lives on tmpfs (or shmem), whose only zeroing is a punched hole.
+fn on_tmpfs(fd: RawFd) -> bool {
+    // SAFETY: statfs is plain old data; zeroes are a valid value for every field.
+    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `stat` is a valid destination; the kernel checks `fd`.
+    let result = unsafe { libc::fstatfs(fd, &mut stat) };
+    result == 0 && stat.f_type == libc::TMPFS_MAGIC
 }
 
 /// Whether reads with RWF_NOWAIT are accepted: the kernel refuses them with EOPNOTSUPP, before

@@ -88,6 +88,7 @@ impl PollDriver {
             Operation::Read { .. }
             | Operation::Write { .. }
             | Operation::Fsync { .. }
+            | Operation::Fallocate { .. }
             | Operation::UringCmd { .. } => {
                 unreachable!("file operations and commands end at submission")
             }

@@ -69,6 +69,19 @@ pub(crate) fn fdatasync(fd: RawFd) -> i32 {
     retry(|| unsafe { libc::fdatasync(fd) } as isize)
 }
 
+/// `fallocate(fd, mode, offset_bytes, len_bytes)`.
+pub(crate) fn fallocate(fd: RawFd, mode: i32, offset_bytes: u64, len_bytes: u64) -> i32 {
+    // SAFETY: fallocate takes no memory; a bad descriptor gives EBADF.
+    retry(|| unsafe {
+        libc::fallocate(
+            fd,
+            mode,
+            offset_bytes as libc::off_t,
+            len_bytes as libc::off_t,
+        )
+    } as isize)
+}
+
 /// `recv(fd, buffer, len_bytes, MSG_DONTWAIT)`.
 ///
 /// # Safety
@@ -122,7 +135,7 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> i32 {
     if result < 0 { -last_errno() } else { result }
 }
 
-/// Runs a file operation (Read, Write, Fsync) synchronously; `None` for other operations.
+/// Runs a file operation (Read, Write, Fsync, Fallocate) synchronously; `None` for other operations.
 ///
 /// # Safety
 ///
@@ -149,6 +162,12 @@ pub(crate) unsafe fn run_file_operation(operation: &Operation) -> Option<i32> {
             unsafe { pwrite(fd, buffer, len_bytes, offset_bytes, fua) }
         }
         Operation::Fsync { fd } => fdatasync(fd),
+        Operation::Fallocate {
+            fd,
+            mode,
+            offset_bytes,
+            len_bytes,
+        } => fallocate(fd, mode, offset_bytes, len_bytes),
         Operation::Recv { .. }
         | Operation::Send { .. }
         | Operation::Accept { .. }

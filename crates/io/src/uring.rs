@@ -351,6 +351,15 @@ impl UringDriver {
             Operation::Fsync { fd } => opcode::Fsync::new(Fd(fd))
                 .flags(FsyncFlags::DATASYNC)
                 .build(),
+            Operation::Fallocate {
+                fd,
+                mode,
+                offset_bytes,
+                len_bytes,
+            } => opcode::Fallocate::new(Fd(fd), len_bytes)
+                .offset(offset_bytes)
+                .mode(mode)
+                .build(),
             Operation::Recv {
                 fd,
                 buffer,

@@ -11,7 +11,7 @@ use std::process::Command;
 
 use support::{AlignedBuffer, Rng, ScratchDir, collect, drivers};
 use tessera_io::{
-    Driver, IoError, MemberKind, Operation, SyncMember, create_file_member, open_member,
+    Driver, IoError, MemberKind, Operation, SyncMember, ZeroMethod, create_file_member, open_member,
 };
 
 #[test]
@@ -268,12 +268,19 @@ fn check_loop_device(sector_bytes: u32) {
             );
         }
     }
-    // The backing file, read independently, holds what was written.
+    // Zeroing by ZERO_RANGE on the block device (the kernel's Write Zeroes, or its own zero
+    // pages when the loop driver has none), over part of the first write.
+    let mut member = member;
+    assert_eq!(member.zero_method(), ZeroMethod::ZeroRange);
+    let (_, mut driver) = drivers().remove(0);
+    assert!(zero_through(&mut driver, &mut member, 8192, 8192));
+    // The backing file, read independently, holds what was written and zeroed.
     drop(member);
     let contents = std::fs::read(&backing).unwrap();
     let mut rng = Rng::new(u64::from(sector_bytes));
     let mut expected = vec![0u8; 64 * 1024];
     rng.fill(&mut expected);
+    expected[8192..16384].fill(0);
     assert_eq!(&contents[..32 * 1024], &expected[..32 * 1024]);
     assert_eq!(
         &contents[1 << 20..(1 << 20) + 512],
@@ -289,4 +296,111 @@ fn loop_device_with_512_byte_sectors() {
 #[test]
 fn loop_device_with_4096_byte_sectors() {
     check_loop_device(4096);
+}
+
+/// The file system `path` is on, as `stat -f` names it (the test's own reference, not the
+/// member code's `fstatfs`).
+fn file_system_type(path: &Path) -> String {
+    let output = Command::new("stat")
+        .args(["-f", "--format=%T"])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// Zeroes `len` bytes at `offset` of `member` through `driver` the member's way (falling back
+/// to a write of zeroes when it refuses), then makes it durable. `true` when no data moved.
+fn zero_through(
+    driver: &mut tessera_io::AnyDriver,
+    member: &mut tessera_io::MemberDevice,
+    offset: u64,
+    len: usize,
+) -> bool {
+    let zeroes = AlignedBuffer::new(len);
+    if let Some(operation) = member.zero_operation(offset, len as u64) {
+        // SAFETY: a Fallocate names no memory.
+        unsafe { driver.submit(1, operation) };
+        let result = collect(driver, 1)[0].result;
+        if result == 0 {
+            driver.submit_fsync(2, member.flush_fd());
+            assert_eq!(collect(driver, 1)[0].result, 0);
+            return true;
+        }
+        assert!(member.zeroing_refused(-result), "zeroing failed: {result}");
+        assert_eq!(member.zero_method(), ZeroMethod::Write);
+    }
+    let fd = member.fd_for(offset, len as u32, zeroes.as_slice().as_ptr());
+    // SAFETY: `zeroes` outlives the completion collected below.
+    unsafe {
+        driver.submit(
+            3,
+            Operation::Write {
+                fd,
+                offset_bytes: offset,
+                buffer: zeroes.as_slice().as_ptr(),
+                len_bytes: len as u32,
+                fua: true,
+            },
+        );
+    }
+    assert_eq!(collect(driver, 1)[0].result, len as i32);
+    false
+}
+
+/// A member's range zeroed its way reads back as zeroes, and nothing around it moves; on
+/// tmpfs by a punched hole, elsewhere by ZERO_RANGE.
+#[test]
+fn zeroing_a_range_leaves_zeroes_there_and_nothing_else_changed() {
+    let tmpfs = ScratchDir::new();
+    let disk = std::env::temp_dir().join(format!("tessera-io-zero-{}", std::process::id()));
+    std::fs::create_dir_all(&disk).unwrap();
+    for directory in [tmpfs.path(), disk.as_path()] {
+        let path = directory.join("member");
+        let _ = std::fs::remove_file(&path);
+        let size_bytes = 4 << 20;
+        let mut model = vec![0u8; size_bytes];
+        Rng::new(7).fill(&mut model);
+        std::fs::write(&path, &model).unwrap();
+        let mut member = open_member(&path).unwrap();
+        let file_system = file_system_type(directory);
+        let expected_method = if file_system == "tmpfs" {
+            ZeroMethod::PunchHole
+        } else {
+            ZeroMethod::ZeroRange
+        };
+        // These have the operation; others may refuse it and be written instead.
+        let must_zero = ["tmpfs", "ext2/ext3", "xfs"].contains(&file_system.as_str());
+        assert_eq!(member.zero_method(), expected_method, "{}", path.display());
+        let mut extents = vec![(64 * 1024, 256 * 1024), (1 << 20, 1 << 20)];
+        for (name, mut driver) in drivers() {
+            let (offset, len) = extents.pop().unwrap();
+            let zeroed = zero_through(&mut driver, &mut member, offset, len);
+            assert!(
+                zeroed || !must_zero,
+                "{name}: {file_system} refused zeroing"
+            );
+            model[offset as usize..offset as usize + len].fill(0);
+            let contents = std::fs::read(&path).unwrap();
+            assert!(contents == model, "{name} on {}", path.display());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&disk);
+}
+
+#[test]
+fn only_a_refusal_turns_zeroing_into_writes() {
+    let scratch = ScratchDir::new();
+    let path = scratch.file("member");
+    create_file_member(&path, 1 << 20).unwrap();
+    let mut member = open_member(&path).unwrap();
+    assert_ne!(member.zero_method(), ZeroMethod::Write);
+    // A device error is an error, not a refusal.
+    assert!(!member.zeroing_refused(libc::EIO));
+    assert!(member.zero_operation(0, 4096).is_some());
+    assert!(member.zeroing_refused(libc::EOPNOTSUPP));
+    assert_eq!(member.zero_method(), ZeroMethod::Write);
+    assert!(member.zero_operation(0, 4096).is_none());
+    // Already writing: nothing more to fall back to.
+    assert!(!member.zeroing_refused(libc::EOPNOTSUPP));
 }

@@ -171,7 +171,7 @@ impl ClosedLoop {
             let copy_started = Instant::now();
             for command in &commands {
                 let member = &mut self.members[command.member];
-                match command.op {
+                match command.op.zeroes_as_write() {
                     MemberOp::Read {
                         offset_bytes,
                         buffer,
@@ -187,6 +187,7 @@ impl ClosedLoop {
                         write_image(self.engine.pool(), member, offset_bytes, buffer);
                     }
                     MemberOp::Flush => {}
+                    MemberOp::WriteZeroes { .. } => unreachable!("taken as a write"),
                 }
             }
             self.member_copy += copy_started.elapsed();

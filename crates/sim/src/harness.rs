@@ -221,7 +221,7 @@ impl Harness {
                         (command.member, offset / 512)
                             ..(command.member, (offset + len as u64).div_ceil(512))
                     };
-                    let result = match command.op {
+                    let result = match command.op.zeroes_as_write() {
                         MemberOp::Read {
                             offset_bytes,
                             buffer,
@@ -262,6 +262,7 @@ impl Harness {
                             Ok(())
                         }
                         MemberOp::Flush => Ok(()),
+                        MemberOp::WriteZeroes { .. } => unreachable!("taken as a write"),
                     };
                     self.engine.complete(command.id, result);
                 }

@@ -879,7 +879,7 @@ impl World {
                 parts.next().unwrap_or(0) as usize,
                 parts.next().unwrap_or(0),
             );
-            let (offset, len, what) = match command.op {
+            let (offset, len, what) = match command.op.zeroes_as_write() {
                 MemberOp::Read {
                     offset_bytes,
                     buffer,
@@ -891,9 +891,10 @@ impl World {
                     ..
                 } => (offset_bytes, buffer.len() as u64, "write"),
                 MemberOp::Flush => (0, 0, "flush"),
+                MemberOp::WriteZeroes { .. } => unreachable!("taken as a write"),
             };
             if device == watch_device && offset <= watch_offset && watch_offset < offset + len {
-                let first = match command.op {
+                let first = match command.op.zeroes_as_write() {
                     MemberOp::Write { buffer, .. } => {
                         let at = (watch_offset - offset) as usize;
                         let bytes = &engine.pool().bytes(buffer)[at..at + 16];
@@ -907,7 +908,7 @@ impl World {
                 );
             }
         }
-        match command.op {
+        match command.op.zeroes_as_write() {
             MemberOp::Read {
                 offset_bytes,
                 buffer,
@@ -945,6 +946,7 @@ impl World {
                 result
             }
             MemberOp::Flush => member.flush(flush_point),
+            MemberOp::WriteZeroes { .. } => unreachable!("taken as a write"),
         }
     }
 
@@ -1421,7 +1423,7 @@ impl World {
                 offset_bytes,
                 buffer,
                 ..
-            } = command.op
+            } = command.op.zeroes_as_write()
             {
                 in_flight[*device].push((offset_bytes, engine.pool().bytes(buffer).to_vec()));
             }

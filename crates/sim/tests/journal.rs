@@ -120,7 +120,7 @@ fn run_until_stuck_in_rounds(
             continue;
         };
         let member = command.member;
-        let result = match command.op {
+        let result = match command.op.zeroes_as_write() {
             MemberOp::Read {
                 offset_bytes,
                 buffer,
@@ -151,6 +151,7 @@ fn run_until_stuck_in_rounds(
                 Ok(())
             }
             MemberOp::Flush => Ok(()),
+            MemberOp::WriteZeroes { .. } => unreachable!("taken as a write"),
         };
         if together {
             round.push((command.id, result));
@@ -500,7 +501,7 @@ fn run_with_caches(h: &mut Harness, caches: &mut Caches) {
             continue;
         };
         let member = command.member;
-        match command.op {
+        match command.op.zeroes_as_write() {
             MemberOp::Read {
                 offset_bytes,
                 buffer,
@@ -533,6 +534,7 @@ fn run_with_caches(h: &mut Harness, caches: &mut Caches) {
                     h.members[member][at..at + data.len()].copy_from_slice(&data);
                 }
             }
+            MemberOp::WriteZeroes { .. } => unreachable!("taken as a write"),
         }
         h.engine.complete(command.id, Ok(()));
     }
@@ -791,7 +793,7 @@ fn update_around_an_unrecorded_failure(
             let Command::Member(command) = command else {
                 continue;
             };
-            match command.op {
+            match command.op.zeroes_as_write() {
                 MemberOp::Read {
                     offset_bytes,
                     buffer,
@@ -811,6 +813,7 @@ fn update_around_an_unrecorded_failure(
                     h.engine.complete(command.id, Ok(()));
                 }
                 MemberOp::Flush => h.engine.complete(command.id, Ok(())),
+                MemberOp::WriteZeroes { .. } => unreachable!("taken as a write"),
             }
         }
         assert!(!reads.is_empty(), "{what}: the update reads first");

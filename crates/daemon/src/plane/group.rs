@@ -352,7 +352,7 @@ impl DataPlane {
         let pool = group.engine.pool_mut();
         match &mut device.handle {
             Handle::Memory(member) => {
-                let result = match command.op {
+                let result = match command.op.zeroes_as_write() {
                     MemberOp::Read {
                         offset_bytes,
                         buffer,
@@ -366,16 +366,33 @@ impl DataPlane {
                         .write_at(offset_bytes, pool.bytes(buffer))
                         .and_then(|()| if fua { member.flush() } else { Ok(()) }),
                     MemberOp::Flush => member.flush(),
+                    MemberOp::WriteZeroes { .. } => unreachable!("taken as a write"),
                 };
                 self.immediate
                     .push((group_id, command.id, result.map_err(|_| MemberError::Io)));
             }
             Handle::Local(member) => {
+                if let MemberOp::WriteZeroes {
+                    offset_bytes,
+                    buffer,
+                } = command.op
+                    && let Some(operation) =
+                        member.zero_operation(offset_bytes, u64::from(buffer.len_bytes))
+                {
+                    let token = self.tokens.insert(Token::Zeroes {
+                        group: group_id,
+                        command,
+                    });
+                    // SAFETY: a zero operation names no memory; the device keeps its
+                    // descriptors open.
+                    unsafe { self.driver.submit(token, operation) };
+                    return;
+                }
                 let token = self.tokens.insert(Token::Member {
                     group: group_id,
                     command: command.id,
                 });
-                match command.op {
+                match command.op.zeroes_as_write() {
                     MemberOp::Read {
                         offset_bytes,
                         buffer,
@@ -411,6 +428,7 @@ impl DataPlane {
                         unsafe { self.driver.submit(token, operation) };
                     }
                     MemberOp::Flush => self.driver.submit_fsync(token, member.flush_fd()),
+                    MemberOp::WriteZeroes { .. } => unreachable!("taken as a write"),
                 }
             }
             Handle::Remote(remote) => {
@@ -418,7 +436,7 @@ impl DataPlane {
                     group: group_id,
                     command: command.id,
                 });
-                match command.op {
+                match command.op.zeroes_as_write() {
                     MemberOp::Read {
                         offset_bytes,
                         buffer,
@@ -442,8 +460,36 @@ impl DataPlane {
                         };
                     }
                     MemberOp::Flush => remote.submit_flush(token),
+                    MemberOp::WriteZeroes { .. } => unreachable!("taken as a write"),
                 }
             }
+        }
+    }
+
+    /// A member's zero operation finished. A member that refuses it (a file system without
+    /// ZERO_RANGE) is written with the zeroes instead, from now on.
+    pub(super) fn zeroes_done(&mut self, group_id: u32, command: MemberCommand, result: i32) {
+        let drive_id = self
+            .groups
+            .get(&group_id)
+            .and_then(|group| group.members.get(command.member).copied().flatten());
+        let member = drive_id
+            .and_then(|id| self.drives.get_mut(&id))
+            .and_then(|drive| drive.device.as_mut())
+            .and_then(|device| match &mut device.handle {
+                Handle::Local(member) => Some(member),
+                _ => None,
+            });
+        let refused = result < 0 && member.is_some_and(|member| member.zeroing_refused(-result));
+        if refused {
+            log!(
+                "physical drive {}: zeroing by fallocate refused ({}); writing zeroes instead",
+                drive_id.expect("a refusal comes from a drive"),
+                tessera_io::errno_text(-result)
+            );
+            self.start_member_io(group_id, command);
+        } else {
+            self.member_done(group_id, command.id, result);
         }
     }
 

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use tessera_io::{AnyDriver, Completion, Driver, EventFd};
-use tessera_raid::engine::CommandId;
+use tessera_raid::engine::{CommandId, MemberCommand};
 use tessera_raid::superblock::Uuid;
 
 pub use admin::{AdminError, NewGroup, NewThin};
@@ -73,6 +73,8 @@ impl PlaneHandle {
 #[derive(Clone, Copy, Debug)]
 enum Token {
     Member { group: u32, command: CommandId },
+    // A member's zero operation (`fallocate`), written instead if the member refuses it.
+    Zeroes { group: u32, command: MemberCommand },
     RemoteWake { drive: u32 },
     Accept { listener: usize },
     Recv { connection: u64 },
@@ -585,6 +587,7 @@ impl DataPlane {
         };
         match token {
             Token::Member { group, command } => self.member_done(group, command, completion.result),
+            Token::Zeroes { group, command } => self.zeroes_done(group, command, completion.result),
             Token::RemoteWake { drive } => self.remote_wake(drive),
             Token::Accept { listener } => {
                 if completion.result >= 0 {

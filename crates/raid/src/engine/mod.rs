@@ -165,6 +165,8 @@ pub struct Counters {
     pub host_write_bytes: u64,
     pub member_read_bytes: u64,
     pub member_write_bytes: u64,
+    /// Bytes members were asked to zero (`MemberOp::WriteZeroes`), not in `member_write_bytes`.
+    pub member_zeroed_bytes: u64,
     pub full_stripe_writes: u64,
     pub read_modify_writes: u64,
     pub reconstruct_writes: u64,
@@ -764,11 +766,14 @@ impl Engine {
 
     fn issue(&mut self, member: usize, op: MemberOp, owner: Owner) {
         assert!(member < self.members.list.len());
-        let is_write = matches!(op, MemberOp::Write { .. } | MemberOp::Flush);
+        let is_write = !matches!(op, MemberOp::Read { .. });
         match op {
             MemberOp::Read { buffer, .. } => self.counters.member_read_bytes += buffer.len() as u64,
             MemberOp::Write { buffer, .. } => {
                 self.counters.member_write_bytes += buffer.len() as u64
+            }
+            MemberOp::WriteZeroes { buffer, .. } => {
+                self.counters.member_zeroed_bytes += buffer.len() as u64
             }
             MemberOp::Flush => {}
         }

@@ -570,10 +570,9 @@ impl Engine {
             let buffer = BufferSlice::new(self.zero_buffer, 0, len as usize);
             self.issue(
                 member,
-                MemberOp::Write {
+                MemberOp::WriteZeroes {
                     offset_bytes,
                     buffer,
-                    fua: false,
                 },
                 Owner::ZeroFill { region },
             );

@@ -130,9 +130,35 @@ pub enum MemberOp {
         buffer: BufferSlice,
         fua: bool,
     },
+    /// Make `buffer.len()` bytes at `offset_bytes` of the member device read as zeroes.
+    /// `buffer` holds zeroes, so writing it is one way; a member that can zero a range without
+    /// moving data (NVMe Write Zeroes, `fallocate` on a file) may do that instead. Durable, like
+    /// a write, after the next `Flush`.
+    WriteZeroes {
+        offset_bytes: u64,
+        buffer: BufferSlice,
+    },
     /// Durability barrier: every write to this member completed before it is durable when it
     /// completes.
     Flush,
+}
+
+impl MemberOp {
+    /// A `WriteZeroes` as the plain write of its zero buffer; other operations as they are:
+    /// for members that have no cheaper way to zero a range.
+    pub fn zeroes_as_write(self) -> MemberOp {
+        match self {
+            MemberOp::WriteZeroes {
+                offset_bytes,
+                buffer,
+            } => MemberOp::Write {
+                offset_bytes,
+                buffer,
+                fua: false,
+            },
+            op => op,
+        }
+    }
 }
 
 /// A member command: carry it out and report `Engine::complete(id, result)`.
