@@ -453,6 +453,34 @@ impl RemoteMember {
         });
     }
 
+    /// Whether the export takes NBD_CMD_WRITE_ZEROES (and writes at all).
+    pub fn can_write_zeroes(&self) -> bool {
+        let flags = self.details.transmission_flags;
+        flags.contains(TransmissionFlags::SEND_WRITE_ZEROES)
+            && !flags.contains(TransmissionFlags::READ_ONLY)
+    }
+
+    /// Queues NBD_CMD_WRITE_ZEROES over `len_bytes` at `offset_bytes` (the server may punch a
+    /// hole); completes with `len_bytes` or a negative errno. Names no memory. Only for an
+    /// export that [`RemoteMember::can_write_zeroes`]; others refuse it with EOPNOTSUPP.
+    pub fn submit_write_zeroes(&self, token: u64, offset_bytes: u64, len_bytes: u32) {
+        if !self.can_write_zeroes() {
+            self.shared.post(&mut vec![Completion {
+                token,
+                result: -libc::EOPNOTSUPP,
+            }]);
+            return;
+        }
+        self.submit(Pending {
+            token,
+            command: Command::WriteZeroes,
+            offset_bytes,
+            buffer: RawBuffer(std::ptr::null_mut()),
+            len_bytes,
+            durable: Durable::No,
+        });
+    }
+
     /// Queues NBD_CMD_FLUSH: completes with 0 once every write completed before it is
     /// durable. A server that does not advertise flush has no volatile cache (the Linux NBD
     /// client reads it the same way), so the flush completes at once.

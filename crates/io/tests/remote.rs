@@ -136,6 +136,12 @@ fn round_trip(remote: &RemoteMember, event_loop: &mut Loop, seed: u64) -> (Vec<u
         }
     );
 
+    read_back(remote, event_loop, &model);
+    (model, extents.len().div_ceil(3) as u64)
+}
+
+/// Reads the whole disk back with everything in flight and checks it against `model`.
+fn read_back(remote: &RemoteMember, event_loop: &mut Loop, model: &[u8]) {
     // 0xEE everywhere first, so holes and unread bytes are caught.
     let mut destination = AlignedBuffer::new(model.len());
     destination.as_mut_slice().fill(0xEE);
@@ -165,7 +171,27 @@ fn round_trip(remote: &RemoteMember, event_loop: &mut Loop, seed: u64) -> (Vec<u
             model[first]
         );
     }
-    (model, extents.len().div_ceil(3) as u64)
+}
+
+/// Zeroes some extents with NBD_CMD_WRITE_ZEROES (no payload), then reads everything back.
+fn zero_some(remote: &RemoteMember, event_loop: &mut Loop, model: &mut [u8]) {
+    assert!(remote.can_write_zeroes());
+    let zeroed = [
+        (4096, 64 * 1024),
+        (1 << 20, 1 << 20),
+        (model.len() - 512, 512),
+    ];
+    for (token, &(offset, len)) in zeroed.iter().enumerate() {
+        remote.submit_write_zeroes(token as u64, offset as u64, len as u32);
+        model[offset..offset + len].fill(0);
+    }
+    for completion in event_loop.collect(remote, zeroed.len(), Duration::from_secs(30)) {
+        assert_eq!(
+            completion.result,
+            zeroed[completion.token as usize].1 as i32
+        );
+    }
+    read_back(remote, event_loop, model);
 }
 
 #[test]
@@ -192,7 +218,8 @@ fn round_trip_against_the_test_server_over_unix_and_tcp() {
         let remote = RemoteMember::connect(&uri).unwrap();
         assert_eq!(remote.size_bytes(), DISK_BYTES as u64);
         let mut event_loop = Loop::new(driver);
-        let (model, durable_writes) = round_trip(&remote, &mut event_loop, 100 + case as u64);
+        let (mut model, durable_writes) = round_trip(&remote, &mut event_loop, 100 + case as u64);
+        zero_some(&remote, &mut event_loop, &mut model);
         let disk = server.disk(name);
         assert!(
             *disk.lock().unwrap() == model,
@@ -464,7 +491,8 @@ fn round_trip_against_nbdkit_memory() {
         let remote = RemoteMember::connect(&nbdkit.uri()).unwrap();
         assert_eq!(remote.size_bytes(), DISK_BYTES as u64);
         let mut event_loop = Loop::new(driver);
-        round_trip(&remote, &mut event_loop, 200);
+        let (mut model, _) = round_trip(&remote, &mut event_loop, 200);
+        zero_some(&remote, &mut event_loop, &mut model);
     }
 }
 

@@ -436,6 +436,15 @@ impl DataPlane {
                     group: group_id,
                     command: command.id,
                 });
+                if let MemberOp::WriteZeroes {
+                    offset_bytes,
+                    buffer,
+                } = command.op
+                    && remote.can_write_zeroes()
+                {
+                    remote.submit_write_zeroes(token, offset_bytes, buffer.len_bytes);
+                    return;
+                }
                 match command.op.zeroes_as_write() {
                     MemberOp::Read {
                         offset_bytes,
