@@ -75,9 +75,9 @@ fn allocated_member_bytes(daemon: &Daemon) -> u64 {
 /// A region's first write zeroes the region on every member, but without writing the zeroes
 /// where the member can zero a range itself (on tmpfs a punched hole): the member files stay
 /// sparse, `/metrics` counts the zeroing apart from the writes, and the drive reads back the
-/// write with zeroes around it.
+/// write with zeroes around it. A host's write-zeroes is carried out the same way.
 #[test]
-fn a_first_write_zeroes_its_region_without_writing_zeroes() {
+fn zeroes_reach_the_members_without_being_written() {
     let daemon = Daemon::start();
     let uri = daemon.group_with_vd("5", 4, 64 << 20, "vd-zero", 96 << 20);
     let series = |name: &str| {
@@ -124,5 +124,33 @@ fn a_first_write_zeroes_its_region_without_writing_zeroes() {
     assert!(
         back == expected,
         "the drive does not read back the write among zeroes"
+    );
+
+    // A host's write-zeroes that must stay allocated (NO_HOLE) over written regions goes to
+    // the members as zeroing too: only parity (a quarter of the data here) is written.
+    let data_start: u64 = 48 << 20;
+    let data: Vec<u8> = (0..12u32 << 20).map(|i| (i % 251) as u8 ^ 0x5A).collect();
+    client.write_at(&data, data_start, false).unwrap();
+    client.flush().unwrap();
+    let written_before = series("tessera_dg_member_write_bytes_total");
+    let zeroed_before = series("tessera_dg_member_zeroed_bytes_total");
+    let (zero_at, zero_len) = (data_start + (64 << 10), 8u32 << 20);
+    client.write_zeroes(zero_at, zero_len, true).unwrap();
+    client.flush().unwrap();
+    let zeroed = series("tessera_dg_member_zeroed_bytes_total") - zeroed_before;
+    let written = series("tessera_dg_member_write_bytes_total") - written_before;
+    assert!(zeroed >= 6 << 20, "zeroed {zeroed} bytes");
+    assert!(
+        written < zeroed / 2,
+        "wrote {written} bytes, zeroed {zeroed}"
+    );
+    let mut expected = data;
+    let at = (zero_at - data_start) as usize;
+    expected[at..at + zero_len as usize].fill(0);
+    let mut back = vec![0xEEu8; expected.len()];
+    client.read_at(&mut back, data_start).unwrap();
+    assert!(
+        back == expected,
+        "write-zeroes left other bytes than zeroes and the data"
     );
 }

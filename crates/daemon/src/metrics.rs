@@ -61,7 +61,7 @@ impl DataPlane {
             ),
             (
                 "tessera_dg_member_zeroed_bytes_total",
-                "Bytes of members zeroed by a drive group before first use of a region (Write Zeroes or fallocate where the member has it, written zeroes otherwise); not in member_write_bytes.",
+                "Bytes of members zeroed by a drive group (a region's zero-fill before its first write, zeroes a host wrote): Write Zeroes or fallocate where the member has it, written zeroes otherwise; not in member_write_bytes.",
                 |c| c.member_zeroed_bytes,
             ),
             (

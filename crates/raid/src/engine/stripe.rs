@@ -665,7 +665,10 @@ impl Engine {
             MemberOp::Read { .. } => IoPurpose::Read,
             _ => IoPurpose::Write,
         };
-        if matches!(command, MemberOp::Write { .. }) {
+        if matches!(
+            command,
+            MemberOp::Write { .. } | MemberOp::WriteZeroes { .. }
+        ) {
             op.written_members |= 1 << member;
             if op.hold_writes {
                 op.held_writes.push((member, command));
@@ -686,16 +689,21 @@ impl Engine {
         offset_bytes: u64,
         buffer: BufferSlice,
     ) {
-        self.op_issue(
-            id,
-            op,
-            member,
+        // Zeroes (a host's write-zeroes, a salvaged chunk) need not cross to a member that
+        // can zero the range itself.
+        let command = if buffer.buffer == self.zero_buffer {
+            MemberOp::WriteZeroes {
+                offset_bytes,
+                buffer,
+            }
+        } else {
             MemberOp::Write {
                 offset_bytes,
                 buffer,
                 fua: false,
-            },
-        );
+            }
+        };
+        self.op_issue(id, op, member, command);
     }
 
     /// Issues a read of `buffer`'s length at `offset_bytes` of `member` for the op.
