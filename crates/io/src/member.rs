@@ -163,8 +163,13 @@ impl MemberDevice {
     }
 
     /// The operation that makes `len_bytes` at `offset_bytes` read as zeroes without moving
-    /// data, or `None` when this member must be written with zeroes instead.
+    /// data, or `None` when this member must be written with zeroes instead: always, or for
+    /// this range (a block device zeroes whole logical blocks only).
     pub fn zero_operation(&self, offset_bytes: u64, len_bytes: u64) -> Option<Operation> {
+        let block_bytes = u64::from(self.logical_block_bytes);
+        if !offset_bytes.is_multiple_of(block_bytes) || !len_bytes.is_multiple_of(block_bytes) {
+            return None;
+        }
         let mode = match self.zero_method {
             ZeroMethod::ZeroRange => libc::FALLOC_FL_ZERO_RANGE,
             ZeroMethod::PunchHole => libc::FALLOC_FL_PUNCH_HOLE,

@@ -274,6 +274,11 @@ fn check_loop_device(sector_bytes: u32) {
     assert_eq!(member.zero_method(), ZeroMethod::ZeroRange);
     let (_, mut driver) = drivers().remove(0);
     assert!(zero_through(&mut driver, &mut member, 8192, 8192));
+    // Less than a logical block is written instead (a 4Kn device refuses it).
+    assert_eq!(
+        member.zero_operation(512, 1024).is_none(),
+        sector_bytes == 4096
+    );
     // The backing file, read independently, holds what was written and zeroed.
     drop(member);
     let contents = std::fs::read(&backing).unwrap();
