@@ -1322,6 +1322,19 @@ impl Engine {
             let data_chunks = self.geometry.data_chunks();
             match strategy {
                 WriteStrategy::DataOnly => {}
+                // A whole stripe of zeroes (a host's zeroes) has zero parity: zeroed like
+                // the data, nothing computed.
+                WriteStrategy::ReconstructWrite
+                    if full_stripe
+                        && fragments
+                            .iter()
+                            .all(|fragment| fragment.buffer.buffer == self.zero_buffer) =>
+                {
+                    let zeroes = BufferSlice::new(self.zero_buffer, 0, range.len() as usize);
+                    for which in 0..self.geometry.parity_chunks() {
+                        parity_writes.push((which, zeroes, range.start_bytes));
+                    }
+                }
                 WriteStrategy::ReconstructWrite | WriteStrategy::RecoverThenWrite => {
                     if strategy == WriteStrategy::RecoverThenWrite {
                         self.image_recover(&image);
