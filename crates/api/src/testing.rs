@@ -14,9 +14,9 @@ use crate::controller::Controller;
 use crate::model::{
     ApiError, CreateDg, CreatePd, CreateVd, DgRef, DgState, DgView, EventView, InfoView, IoView,
     JournalMode, JournalPlacement, JournalView, KernelSpeedView, MemberView, ParityChoiceView,
-    ParityEngineView, ParitySelectionView, PdKind, PdState, PdView, RaidLevel, RebuildKind,
+    ParityEngineView, ParitySelectionView, PdIo, PdKind, PdState, PdView, RaidLevel, RebuildKind,
     RebuildView, ReplacePd, ScrubDg, ScrubResultView, ScrubView, SetVd, Severity, UpdateDg,
-    VdAccessView, VdView, canonical_rules, validate_name,
+    VdAccessView, VdView, Zeroing, canonical_rules, validate_name,
 };
 
 /// Size of every fake drive unless its path says otherwise.
@@ -302,6 +302,10 @@ impl Controller for FakeController {
             dg: None,
             role: None,
             spare_for: body.spare_for,
+            io: Some(PdIo {
+                direct: false,
+                zeroing: Zeroing::Written,
+            }),
         };
         state.pds.insert(id, view.clone());
         state.event(

@@ -33,11 +33,14 @@ fn round_trip<T: serde::de::DeserializeOwned + Serialize>(value: Value, names: &
 
 #[test]
 fn objects_have_the_documented_keys() {
-    round_trip::<PdView>(
+    let pd = round_trip::<PdView>(
         json!({"id": 0, "path": "/dev/nvme0n1", "kind": "block", "uuid": "u", "size_bytes": 1,
-               "state": "hot_spare", "dg": null, "role": null, "spare_for": 2}),
-        "id path kind uuid size_bytes state dg role spare_for",
+               "state": "hot_spare", "dg": null, "role": null, "spare_for": 2,
+               "io": {"direct": true, "zeroing": "zero_range"}}),
+        "id path kind uuid size_bytes state dg role spare_for io",
     );
+    assert_eq!(keys(&pd["io"]), documented("direct zeroing"));
+    assert_eq!(pd["io"]["zeroing"], "zero_range");
     let dg = round_trip::<DgView>(
         json!({"id": 0, "name": "dg0", "uuid": "u", "level": "raid5", "layout": "left-symmetric",
                "state": "optimal", "chunk_bytes": 65536, "size_bytes": 0, "free_bytes": 0,

@@ -112,6 +112,8 @@ fn zeroes_reach_the_members_without_being_written() {
     if file_system.trim() == "tmpfs" {
         let grown = allocated_member_bytes(&daemon) - allocated_before;
         assert!(grown < 1 << 20, "member files grew by {grown} bytes");
+        let pd = daemon.json(&["pd", "describe", "0"]);
+        assert_eq!(pd["io"]["zeroing"], "punch_hole", "{pd}");
     }
 
     let around = 8u64 << 20;

@@ -111,7 +111,7 @@ fn drive_and_thin_volume_descriptions() {
     let pd: PdView = serde_json::from_str(
         r#"{"id": 7, "path": "nbd+unix:///d?socket=/s", "kind": "nbd", "uuid": "",
             "size_bytes": 1000204886016, "state": "hot_spare", "dg": null, "role": null,
-            "spare_for": 2}"#,
+            "spare_for": 2, "io": {"direct": false, "zeroing": "write_zeroes"}}"#,
     )
     .unwrap();
     assert_eq!(
@@ -124,6 +124,8 @@ Physical drive 7
   size:         931.5 GiB (1000204886016 bytes)
   drive group:  -
   spare for:    dg 2
+  direct I/O:   no (page cache)
+  zeroing:      NBD WRITE_ZEROES
   uuid:         -
 "
     );

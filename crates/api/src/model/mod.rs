@@ -27,7 +27,7 @@ pub use info::{
 pub use level::RaidLevel;
 pub use md::{ImportMd, MdImportView};
 pub use names::{DgRef, MAX_NAME_BYTES, validate_name};
-pub use pd::{CreatePd, PdKind, PdState, PdView, ReplacePd};
+pub use pd::{CreatePd, PdIo, PdKind, PdState, PdView, ReplacePd, Zeroing};
 pub use vd::{Compression, CreateVd, ExportUblk, SetVd, ThinStatsView, UblkView, VdView};
 
 /// The body of a successful `DELETE`: `{}`.

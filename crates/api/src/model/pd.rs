@@ -82,6 +82,54 @@ impl fmt::Display for PdState {
     }
 }
 
+/// How the daemon zeroes a range of a drive (a region's zero-fill before its first write, a
+/// host's zeroes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Zeroing {
+    /// `fallocate(FALLOC_FL_ZERO_RANGE)`: Write Zeroes on a block device, unwritten extents in
+    /// a file; no data is moved.
+    ZeroRange,
+    /// `fallocate(FALLOC_FL_PUNCH_HOLE)` (tmpfs); no data is moved.
+    PunchHole,
+    /// `NBD_CMD_WRITE_ZEROES` to a remote export; no data is sent.
+    WriteZeroes,
+    /// Zeroes are written like data (the drive refused the others, or has none).
+    Written,
+    /// A method this client does not know (sent by a newer daemon).
+    #[serde(other)]
+    Unknown,
+}
+
+impl Zeroing {
+    /// The wire name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Zeroing::ZeroRange => "zero_range",
+            Zeroing::PunchHole => "punch_hole",
+            Zeroing::WriteZeroes => "write_zeroes",
+            Zeroing::Written => "written",
+            Zeroing::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for Zeroing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How the daemon does I/O on an open drive.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PdIo {
+    /// Requests that meet the drive's alignment bypass the page cache (O_DIRECT); false for a
+    /// file system that refused O_DIRECT, and for remote and in-memory drives.
+    pub direct: bool,
+    /// How ranges are zeroed.
+    pub zeroing: Zeroing,
+}
+
 /// A physical drive, as `GET /v1/pds/{id}` answers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PdView {
@@ -103,6 +151,9 @@ pub struct PdView {
     pub role: Option<u32>,
     /// The group a dedicated spare belongs to (`None` for a global spare or a non-spare).
     pub spare_for: Option<u32>,
+    /// How the daemon does I/O on it; `None` while it is not open (missing).
+    #[serde(default)]
+    pub io: Option<PdIo>,
 }
 
 /// `POST /v1/pds`: add a physical drive.

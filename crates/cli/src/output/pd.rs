@@ -1,6 +1,6 @@
 //! Physical drives.
 
-use tessera_api::PdView;
+use tessera_api::{PdIo, PdKind, PdView, Zeroing};
 
 use super::{Column, Table, key_values, or_dash};
 use crate::style::Style;
@@ -44,6 +44,19 @@ fn spare_for(pd: &PdView) -> String {
     }
 }
 
+/// How a drive zeroes ranges, in words.
+fn zeroing(kind: PdKind, io: &PdIo) -> String {
+    match io.zeroing {
+        Zeroing::ZeroRange if kind == PdKind::Block => "Write Zeroes (fallocate ZERO_RANGE)",
+        Zeroing::ZeroRange => "fallocate ZERO_RANGE (unwritten extents)",
+        Zeroing::PunchHole => "fallocate PUNCH_HOLE (tmpfs)",
+        Zeroing::WriteZeroes => "NBD WRITE_ZEROES",
+        Zeroing::Written => "zeroes written as data",
+        Zeroing::Unknown => "unknown",
+    }
+    .to_string()
+}
+
 /// `tessera pd describe`.
 pub fn describe_pd(style: Style, pd: &PdView) -> String {
     let group = match (pd.dg, pd.role) {
@@ -64,6 +77,20 @@ pub fn describe_pd(style: Style, pd: &PdView) -> String {
             ),
             ("drive group", group),
             ("spare for", spare_for(pd)),
+            (
+                "direct I/O",
+                match &pd.io {
+                    Some(io) if io.direct => "yes (O_DIRECT)".to_string(),
+                    Some(_) => "no (page cache)".to_string(),
+                    None => "-".to_string(),
+                },
+            ),
+            (
+                "zeroing",
+                pd.io
+                    .as_ref()
+                    .map_or("-".to_string(), |io| zeroing(pd.kind, io)),
+            ),
             (
                 "uuid",
                 if pd.uuid.is_empty() {

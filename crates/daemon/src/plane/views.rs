@@ -3,11 +3,14 @@
 use super::group::Group;
 use super::{DataPlane, Drive};
 use crate::blob::VdRecord;
+use crate::devices::Handle;
 use tessera_api::model::{
     BadRange, DgState, DgView, InfoView, IoView, JournalMode, JournalPlacement, JournalView,
-    KernelSpeedView, MemberView, ParityChoiceView, ParityEngineView, ParitySelectionView, PdKind,
-    PdState, PdView, RaidLevel, RebuildKind, RebuildView, ScrubResultView, ScrubView, VdView,
+    KernelSpeedView, MemberView, ParityChoiceView, ParityEngineView, ParitySelectionView, PdIo,
+    PdKind, PdState, PdView, RaidLevel, RebuildKind, RebuildView, ScrubResultView, ScrubView,
+    VdView, Zeroing,
 };
+use tessera_io::ZeroMethod;
 use tessera_raid::engine::GroupState;
 use tessera_raid::geometry::Level;
 
@@ -85,6 +88,7 @@ impl DataPlane {
             dg: drive.group.map(|(dg, _)| dg),
             role,
             spare_for: drive.spare_for,
+            io: drive.device.as_ref().map(|device| pd_io(&device.handle)),
         }
     }
 
@@ -429,4 +433,30 @@ fn parity_selection(report: Option<serde_json::Value>) -> ParitySelectionView {
         })
         .unwrap_or_default();
     ParitySelectionView { source, choices }
+}
+
+/// How the daemon does I/O on an open drive, for its view.
+fn pd_io(handle: &Handle) -> PdIo {
+    match handle {
+        Handle::Local(member) => PdIo {
+            direct: member.direct(),
+            zeroing: match member.zero_method() {
+                ZeroMethod::ZeroRange => Zeroing::ZeroRange,
+                ZeroMethod::PunchHole => Zeroing::PunchHole,
+                ZeroMethod::Write => Zeroing::Written,
+            },
+        },
+        Handle::Remote(remote) => PdIo {
+            direct: false,
+            zeroing: if remote.can_write_zeroes() {
+                Zeroing::WriteZeroes
+            } else {
+                Zeroing::Written
+            },
+        },
+        Handle::Memory(_) => PdIo {
+            direct: false,
+            zeroing: Zeroing::Written,
+        },
+    }
 }
