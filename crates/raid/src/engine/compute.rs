@@ -48,6 +48,14 @@ impl Engine {
         self.pump();
     }
 
+    /// Whether every buffer is (a slice of) the zero buffer: a stripe of such data has zero
+    /// parity, which `compute_write` takes from the zero buffer without computing it.
+    pub(super) fn only_zeroes(&self, buffers: impl IntoIterator<Item = BufferSlice>) -> bool {
+        buffers
+            .into_iter()
+            .all(|buffer| buffer.buffer == self.zero_buffer)
+    }
+
     /// The parity work of an op whose reads are done, if it is full-stripe work worth handing
     /// out: it must be exactly what the compute stage would do inline, on the same buffers,
     /// and its outputs must not feed another computation of the op.
@@ -81,6 +89,9 @@ impl Engine {
                             .map(|f| f.buffer)
                     })
                     .collect::<Option<Vec<_>>>()?;
+                if self.only_zeroes(sources.iter().copied()) {
+                    return None;
+                }
                 let parity = parity_new[..parity_chunks]
                     .iter()
                     .map(|p| p.expect("parity buffer"))

@@ -1326,9 +1326,7 @@ impl Engine {
                 // the data, nothing computed.
                 WriteStrategy::ReconstructWrite
                     if full_stripe
-                        && fragments
-                            .iter()
-                            .all(|fragment| fragment.buffer.buffer == self.zero_buffer) =>
+                        && self.only_zeroes(fragments.iter().map(|fragment| fragment.buffer)) =>
                 {
                     let zeroes = BufferSlice::new(self.zero_buffer, 0, range.len() as usize);
                     for which in 0..self.geometry.parity_chunks() {
